@@ -1,0 +1,3 @@
+from gpuinfra.cli import main
+
+main()

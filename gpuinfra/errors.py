@@ -1,0 +1,80 @@
+"""Typed errors that carry the user-facing message and the exit code.
+
+The library raises; only the CLI prints and exits. Every mistake a user can make in a file they
+edit (versions.yaml, a stack file, an inventory) becomes a ``ConfigError``: one line per problem,
+each naming the file, the key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one key of one file."""
+
+    file: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.path}" if self.path else self.file
+        return f"{where}: {self.message}"
+
+
+class GpuinfraError(Exception):
+    """Base of every error the CLI turns into a message and an exit code."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def lines(self) -> list[str]:
+        return [self.message]
+
+
+class ConfigError(GpuinfraError):
+    """A user mistake in a file: unknown key, wrong type, bad value. Exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems = list(problems)
+        if not self.problems:
+            raise ValueError("ConfigError needs at least one problem")
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+
+class CheckFailed(GpuinfraError):
+    """A check ran and found problems (versions check, node check). Exit code 1."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+    def lines(self) -> list[str]:
+        return list(self.problems)
+
+
+class UsageError(GpuinfraError):
+    """A command asked for something that does not exist (an unknown stack, a missing site)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ToolError(GpuinfraError):
+    """An external tool the command needs failed or is missing (podman, ansible, git)."""
+
+    exit_code = EXIT_CHECK_FAILED

@@ -1,0 +1,390 @@
+"""``versions.yaml``: every pinned version, where each comes from, and the rules between them.
+
+Loading validates the file's shape (a ConfigError, exit 2, names the key). ``check`` applies the
+pinning and compatibility rules and returns one line per problem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.loading import display_path, load_yaml, validate
+from gpuinfra.paths import repo_root
+
+SourceType = Literal["apt", "dnf", "helm", "image", "runfile", "eks", "eks-ami", "preinstalled"]
+
+_SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "apt": ("repository", "packages"),
+    "dnf": ("repository", "packages"),
+    "helm": ("repository", "chart"),
+    "image": ("image",),
+    "runfile": ("url",),
+    "eks": (),
+    "eks-ami": ("ami_type",),
+    "preinstalled": (),
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(Strict):
+    """Where a pinned artefact is fetched from."""
+
+    type: SourceType
+    repository: str | None = None
+    suite: str | None = None
+    component: str | None = None
+    packages: tuple[str, ...] = ()
+    package_version: str | None = None
+    chart: str | None = None
+    image: str | None = None
+    url: str | None = None
+    ami_type: str | None = None
+
+    @model_validator(mode="after")
+    def _required_fields(self) -> Source:
+        missing = [f for f in _SOURCE_FIELDS[self.type] if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"a '{self.type}' source needs {', '.join(missing)}")
+        return self
+
+    def describe(self) -> str:
+        if self.type == "helm":
+            return f"chart {self.chart} from {self.repository}"
+        if self.type in ("apt", "dnf"):
+            where = " ".join(p for p in (self.repository, self.suite, self.component) if p)
+            return f"{self.type} {', '.join(self.packages)} from {where}"
+        if self.type == "image":
+            return f"image {self.image}"
+        if self.type == "runfile":
+            return f"runfile {self.url}"
+        if self.type == "eks-ami":
+            return f"EKS AMI type {self.ami_type}"
+        if self.type == "preinstalled":
+            return "already on the host image"
+        return "Amazon EKS control plane"
+
+
+class Component(Strict):
+    version: str
+    source: Source
+    # The image or package tag when it is not the plain version (Triton's 26.07-py3).
+    tag: str | None = None
+    note: str | None = None
+
+
+class DriverBuild(Component):
+    # The CUDA version this driver must serve; defaults to the project-wide ``cuda`` pin.
+    cuda: str | None = None
+
+
+class GpuOperator(Component):
+    # Versions of the operands the operator deploys itself (driver, toolkit, ...).
+    operands: dict[str, str] = Field(default_factory=dict)
+
+
+class DriverSources(Strict):
+    distro: DriverBuild
+    cuda_repo: DriverBuild
+    runfile: DriverBuild
+    preinstalled: DriverBuild
+
+
+class Versions(Strict):
+    kubernetes: Component
+    eks_gpu_ami: Component
+    nvidia_driver: DriverSources
+    cuda: Component
+    nvidia_container_toolkit: Component
+    containerd: Component
+    gpu_operator: GpuOperator
+    k8s_device_plugin: Component
+    dcgm_exporter: Component
+    volcano: Component
+    kueue: Component
+    triton: Component
+    kube_prometheus_stack: Component
+
+    def entries(self) -> Iterator[tuple[str, Component]]:
+        """Every pinned component with its dotted name, in file order."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, DriverSources):
+                for source in type(value).model_fields:
+                    yield f"nvidia_driver.{source}", getattr(value, source)
+            else:
+                yield name, value
+
+    def driver(self, source: str) -> DriverBuild:
+        build: DriverBuild = getattr(self.nvidia_driver, source)
+        return build
+
+    def cuda_for(self, build: DriverBuild) -> str:
+        return build.cuda or self.cuda.version
+
+
+def versions_path(root: Path | None = None) -> Path:
+    return (root or repo_root()) / "versions.yaml"
+
+
+def load(path: Path | None = None) -> Versions:
+    """Load and shape-check versions.yaml (ConfigError on a structural mistake)."""
+    path = path or versions_path()
+    return validate(Versions, load_yaml(path), display_path(path))
+
+
+def load_checked(path: Path | None = None) -> Versions:
+    """Load versions.yaml and refuse it when a pinning or compatibility rule fails."""
+    path = path or versions_path()
+    versions = load(path)
+    problems = check(versions)
+    if problems:
+        shown = display_path(path)
+        raise ConfigError(Problem(shown, p.key, p.message) for p in problems)
+    return versions
+
+
+# --- pinning rules -------------------------------------------------------------------------
+
+_FLOATING_WORDS = {"latest", "stable", "main", "master", "edge", "nightly", "head"}
+_RANGE = re.compile(r"^\s*(\^|~|>|<|=|!)|\|\||\s|(^|\.)(x|X|\*)($|\.)")
+
+# What each kind of version must look like to be a pin. Names are dotted component names;
+# a prefix match lets ``nvidia_driver`` cover every install source.
+FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
+    "kubernetes": (re.compile(r"^\d+\.\d+(\.\d+)?$"), "MAJOR.MINOR[.PATCH], e.g. 1.34"),
+    "eks_gpu_ami": (re.compile(r"^\d+\.\d+\.\d+-\d{8}$"), "K8S-PATCH-DATE, e.g. 1.34.2-20261110"),
+    "nvidia_driver": (
+        re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$"),
+        "BRANCH.MINOR[.PATCH], e.g. 580.159.04",
+    ),
+    "cuda": (re.compile(r"^\d+\.\d+$"), "MAJOR.MINOR, e.g. 13.0"),
+    "triton": (re.compile(r"^\d+\.\d+\.\d+$"), "the Triton release, e.g. 2.71.0"),
+}
+_DEFAULT_FORMAT = (
+    re.compile(r"^v?\d+\.\d+\.\d+([-+~][0-9A-Za-z.+~-]+)?$"),
+    "a full version MAJOR.MINOR.PATCH, e.g. 1.20.0",
+)
+_TAG_FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
+    "triton": (re.compile(r"^\d{2}\.\d{2}-py3$"), "YY.MM-py3, e.g. 26.07-py3"),
+}
+
+
+def _format_for(name: str) -> tuple[re.Pattern[str], str]:
+    for key, fmt in FORMATS.items():
+        if name == key or name.startswith(key + "."):
+            return fmt
+    return _DEFAULT_FORMAT
+
+
+def pin_problem(value: str, name: str) -> str | None:
+    """Why ``value`` is not a valid pin for component ``name``, or None when it is."""
+    text = value.strip()
+    if not text:
+        return "version is empty"
+    if text.lower() in _FLOATING_WORDS or _RANGE.search(text):
+        return f"'{value}' floats; pin an exact version"
+    if re.fullmatch(r"v?\d+", text):
+        return f"'{value}' is a bare major version and floats; pin an exact version"
+    pattern, expected = _format_for(name)
+    if not pattern.match(text):
+        return f"'{value}' is malformed; expected {expected}"
+    return None
+
+
+# --- compatibility tables ------------------------------------------------------------------
+
+# Minimum Linux x86_64 driver for each CUDA toolkit release (GA of each minor version).
+# Source: NVIDIA CUDA Toolkit Release Notes, "CUDA Toolkit and Corresponding Driver Versions"
+# (Table 3, column "Toolkit Driver Version", Linux x86_64).
+CUDA_MIN_DRIVER: dict[str, str] = {
+    "11.8": "520.61.05",
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.3": "545.23.06",
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+    "13.1": "590.44.01",
+}
+CUDA_TABLE_SOURCE = "NVIDIA CUDA Toolkit Release Notes, Table 3 (Linux x86_64)"
+
+# Driver branches each GPU Operator release installs and supports in operator-managed mode.
+# Source: NVIDIA GPU Operator documentation, platform support, "GPU Operator Component Matrix";
+# the default driver of each release is the chart's values.yaml (driver.version).
+GPU_OPERATOR_DRIVER_BRANCHES: dict[str, tuple[int, ...]] = {
+    "25.3": (535, 550, 570, 575, 580),
+    "25.10": (535, 570, 575, 580),
+    "26.3": (535, 570, 580, 590),
+    "26.7": (580, 590, 595),
+}
+
+# Kubernetes minor versions each scheduler release is tested against.
+# Sources: Kueue's installation docs ("Kubernetes 1.29 or newer" since 0.9) and Volcano's
+# README "Kubernetes compatibility" matrix.
+KUEUE_KUBERNETES: dict[str, tuple[str, str]] = {
+    "0.17": ("1.29", "1.34"),
+    "0.18": ("1.29", "1.35"),
+    "0.19": ("1.29", "1.36"),
+}
+VOLCANO_KUBERNETES: dict[str, tuple[str, str]] = {
+    "1.12": ("1.17", "1.32"),
+    "1.13": ("1.17", "1.33"),
+    "1.14": ("1.17", "1.34"),
+    "1.15": ("1.17", "1.35"),
+}
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """Numeric parts of a version: 'v1.20.0-1' -> (1, 20, 0); '535.261.03' -> (535, 261, 3)."""
+    core = re.split(r"[-+~]", version.strip().lstrip("v"), maxsplit=1)[0]
+    return tuple(int(p) for p in core.split(".") if p.isdigit())
+
+
+def minor_of(version: str) -> str:
+    parts = parse(version)
+    return f"{parts[0]}.{parts[1]}" if len(parts) >= 2 else version
+
+
+class RuleProblem(BaseModel):
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+def check(v: Versions) -> list[RuleProblem]:
+    """Every pinning and compatibility problem of a loaded versions file."""
+    problems: list[RuleProblem] = []
+
+    def add(key: str, message: str) -> None:
+        problems.append(RuleProblem(key=key, message=message))
+
+    floating: set[str] = set()
+    for name, comp in v.entries():
+        issue = pin_problem(comp.version, name)
+        if issue:
+            add(f"{name}.version", issue)
+            floating.add(name)
+        if comp.tag is not None and name in _TAG_FORMATS:
+            pattern, expected = _TAG_FORMATS[name]
+            if not pattern.match(comp.tag):
+                add(f"{name}.tag", f"'{comp.tag}' is malformed; expected {expected}")
+        if comp.source.package_version is not None:
+            issue = pin_problem(comp.source.package_version, "package")
+            if issue and "floats" in issue:
+                add(f"{name}.source.package_version", issue)
+    for operand, value in v.gpu_operator.operands.items():
+        issue = pin_problem(value, "nvidia_driver" if operand == "driver" else operand)
+        if issue:
+            add(f"gpu_operator.operands.{operand}", issue)
+            floating.add(f"gpu_operator.operands.{operand}")
+
+    # Driver >= what CUDA needs, for each install source.
+    for source in type(v.nvidia_driver).model_fields:
+        name = f"nvidia_driver.{source}"
+        build = v.driver(source)
+        if name in floating:
+            continue
+        cuda = v.cuda_for(build)
+        key = f"{name}.cuda" if build.cuda else "cuda.version"
+        if pin_problem(cuda, "cuda"):
+            add(key, f"'{cuda}' is not a CUDA MAJOR.MINOR version")
+            continue
+        minimum = CUDA_MIN_DRIVER.get(cuda)
+        if minimum is None:
+            add(
+                key,
+                f"CUDA {cuda} is not in the minimum-driver table ({CUDA_TABLE_SOURCE}); "
+                f"known: {', '.join(CUDA_MIN_DRIVER)}",
+            )
+        elif parse(build.version) < parse(minimum):
+            add(
+                f"{name}.version",
+                f"driver {build.version} is older than {minimum}, the minimum for CUDA {cuda} "
+                f"({CUDA_TABLE_SOURCE})",
+            )
+
+    # GPU Operator: the driver it installs must be on a branch it supports.
+    op_minor = minor_of(v.gpu_operator.version)
+    branches = GPU_OPERATOR_DRIVER_BRANCHES.get(op_minor)
+    op_driver = v.gpu_operator.operands.get("driver")
+    if "gpu_operator" in floating:
+        pass
+    elif branches is None:
+        add(
+            "gpu_operator.version",
+            f"GPU Operator {op_minor} is not in the supported-driver "
+            f"table; known: {', '.join(GPU_OPERATOR_DRIVER_BRANCHES)}",
+        )
+    elif op_driver and "gpu_operator.operands.driver" not in floating:
+        branch = parse(op_driver)[0]
+        if branch not in branches:
+            add(
+                "gpu_operator.operands.driver",
+                f"driver branch {branch} is not supported by GPU Operator {op_minor} "
+                f"(supported: {', '.join(map(str, branches))})",
+            )
+    operand_pins = {
+        "toolkit": v.nvidia_container_toolkit.version,
+        "device_plugin": v.k8s_device_plugin.version,
+        "dcgm_exporter": v.dcgm_exporter.tag or v.dcgm_exporter.version,
+    }
+    for operand, pinned in operand_pins.items():
+        deployed = v.gpu_operator.operands.get(operand)
+        if deployed and deployed.lstrip("v") != pinned.lstrip("v"):
+            add(
+                f"gpu_operator.operands.{operand}",
+                f"{deployed} differs from the pinned {pinned}; one version per component",
+            )
+
+    # Schedulers against Kubernetes.
+    if "kubernetes" not in floating:
+        k8s = parse(v.kubernetes.version)[:2]
+        for name, table in (("kueue", KUEUE_KUBERNETES), ("volcano", VOLCANO_KUBERNETES)):
+            if name in floating:
+                continue
+            scheduler: Component = getattr(v, name)
+            minor = minor_of(scheduler.version)
+            window = table.get(minor)
+            if window is None:
+                add(
+                    f"{name}.version",
+                    f"{name} {minor} is not in the Kubernetes compatibility "
+                    f"table; known: {', '.join(table)}",
+                )
+            elif not parse(window[0]) <= k8s <= parse(window[1]):
+                add(
+                    f"{name}.version",
+                    f"{name} {scheduler.version} supports Kubernetes {window[0]} to {window[1]}, "
+                    f"not the pinned {v.kubernetes.version}",
+                )
+        if "eks_gpu_ami" not in floating:
+            ami_k8s = parse(v.eks_gpu_ami.version)[:2]
+            if ami_k8s != k8s:
+                add(
+                    "eks_gpu_ami.version",
+                    f"AMI release {v.eks_gpu_ami.version} is built for Kubernetes "
+                    f"{'.'.join(map(str, ami_k8s))}, not the pinned {v.kubernetes.version}",
+                )
+    return problems
+
+
+@cache
+def pinned(root: Path | None = None) -> Versions:
+    """The repository's own versions, checked; cached for the process."""
+    return load_checked(versions_path(root))

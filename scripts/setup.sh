@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what gpuinfra needs on a Debian 12 machine, as root: system packages, then the
+# project's virtual environment at .venv/ from the lock file. Safe to run again: it only
+# installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# podman, runc and debootstrap run the lab hosts; prometheus brings promtool for the alert
+# rules; git drives `gpuinfra diff`; python3-venv creates the virtual environment.
+APT_PACKAGES=(git podman runc debootstrap prometheus python3-venv ca-certificates openssh-client)
+UV_VERSION=0.13.9
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/uv ]; then
+  echo "setup: creating .venv with uv ${UV_VERSION}"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "uv==${UV_VERSION}"
+fi
+# The lock file pins every package; --frozen refuses to resolve anew.
+UV_PYTHON_DOWNLOADS=never .venv/bin/uv sync --frozen --quiet

@@ -1,0 +1,54 @@
+"""Shared fixtures: the repository, ../shared, and a way to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("GPUINFRA_SHARED", ROOT.parent / "shared")).resolve()
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, root: Path | None = None, cwd: Path | None = None) -> Result:
+    """Run ``gpuinfra`` as a user would, in a child process."""
+    env = dict(os.environ)
+    if root is not None:
+        env["GPUINFRA_ROOT"] = str(root)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuinfra", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd or ROOT,
+        timeout=600,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not (SHARED / "upstream").is_dir():
+        pytest.fail(f"../shared/upstream not found at {SHARED}: the upstream data is required")
+    return SHARED

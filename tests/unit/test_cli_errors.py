@@ -1,0 +1,160 @@
+"""The error contract, through the real CLI: one line per problem, exit code, no traceback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, run_cli
+
+
+def copy_root(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy(ROOT / "versions.yaml", root / "versions.yaml")
+    return root
+
+
+def edit_versions(root: Path, text_from: str, text_to: str) -> None:
+    path = root / "versions.yaml"
+    text = path.read_text()
+    assert text_from in text
+    path.write_text(text.replace(text_from, text_to, 1))
+
+
+def assert_clean_error(result, code: int, lines: list[str]) -> None:
+    assert result.code == code, result
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {line}" for line in lines]
+
+
+def test_versions_check_passes_on_the_repository() -> None:
+    result = run_cli("versions", "check")
+    assert result.code == 0, result.stderr
+    assert "all compatibility rules pass" in result.stdout
+
+
+def test_versions_show_json_lists_every_component() -> None:
+    import json
+
+    result = run_cli("versions", "show", "--format", "json")
+    assert result.code == 0
+    rows = {row["component"]: row for row in json.loads(result.stdout)["versions"]}
+    assert rows["kube_prometheus_stack"]["version"] == "88.5.3"
+    assert rows["nvidia_driver.distro"]["from"].endswith("bookworm non-free")
+
+
+def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(root, "kueue:\n  version:", "kueue:\n  channel: stable\n  version:")
+    result = run_cli("versions", "check", root=root)
+    assert_clean_error(
+        result,
+        2,
+        [
+            "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'note', 'source', 'tag' "
+            "or 'version')"
+        ],
+    )
+
+
+def test_misspelled_key_gets_a_suggestion(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(root, "volcano:\n  version:", "volcano:\n  verison:")
+    result = run_cli("versions", "show", root=root)
+    assert_clean_error(
+        result,
+        2,
+        [
+            "versions.yaml: volcano.verison: unknown key 'verison'; did you mean 'version'?",
+            "versions.yaml: volcano.version: required key is missing",
+        ],
+    )
+
+
+def test_wrong_type_is_exit_2(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(root, "packages: [containerd]", "packages: containerd")
+    result = run_cli("versions", "check", root=root)
+    assert result.code == 2
+    assert (
+        "versions.yaml: containerd.source.packages: input should be a valid tuple, got "
+        "'containerd'" in result.stderr
+    )
+
+
+def test_misspelled_choice_gets_a_suggestion(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(
+        root,
+        "source: {type: helm, repository: https://volcano",
+        "source: {type: hlem, repository: https://volcano",
+    )
+    result = run_cli("versions", "check", root=root)
+    assert result.code == 2
+    assert (
+        "versions.yaml: volcano.source.type: 'hlem' is not allowed; did you mean 'helm'?"
+        in result.stderr
+    )
+
+
+def test_floating_version_fails_the_check(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(root, 'version: "0.19.2"', 'version: "latest"')
+    result = run_cli("versions", "check", root=root)
+    assert_clean_error(
+        result, 1, ["versions.yaml: kueue.version: 'latest' floats; pin an exact version"]
+    )
+
+
+def test_incompatible_driver_and_cuda_fail_the_check(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    edit_versions(root, 'version: "13.0"', 'version: "13.1"')
+    result = run_cli("versions", "check", root=root)
+    assert result.code == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        "error: versions.yaml: nvidia_driver.cuda_repo.version: driver 580.159.04 is older than "
+        "590.44.01, the minimum for CUDA 13.1 (NVIDIA CUDA Toolkit Release Notes, Table 3 "
+        "(Linux x86_64))",
+        "error: versions.yaml: nvidia_driver.preinstalled.version: driver 580.159.04 is older "
+        "than 590.44.01, the minimum for CUDA 13.1 (NVIDIA CUDA Toolkit Release Notes, Table 3 "
+        "(Linux x86_64))",
+    ]
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    (root / "versions.yaml").write_text("kueue:\n  version: [1.2\n")
+    result = run_cli("versions", "check", root=root)
+    assert result.code == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: versions.yaml: line ")
+
+
+def test_missing_versions_file(tmp_path: Path) -> None:
+    result = run_cli("versions", "check", root=tmp_path)
+    assert_clean_error(result, 2, ["versions.yaml: file not found"])
+
+
+@pytest.mark.parametrize("argv", [["versions", "nope"], ["versions", "show", "--format", "xml"]])
+def test_usage_errors_exit_2_without_traceback(argv: list[str]) -> None:
+    result = run_cli(*argv)
+    assert result.code == 2
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_stack_suggests_a_name(tmp_path: Path) -> None:
+    root = copy_root(tmp_path)
+    (root / "stacks").mkdir()
+    (root / "stacks" / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": {}}))
+    result = run_cli("config", "check", "--stack", "dve", root=root)
+    assert_clean_error(
+        result,
+        2,
+        ["no stack 'dve' (stacks/Pulumi.dve.yaml not found); did you mean 'dev'?; stacks: dev"],
+    )
