@@ -109,6 +109,16 @@ def config_check(
         out.print(f"site {loaded.name}: valid ({len(loaded.hosts)} hosts)")
 
 
+def _register_command_groups() -> None:
+    from gpuinfra.commands import addons, lab, review
+
+    for module in (lab, addons, review):
+        module.register(app)
+
+
+_register_command_groups()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turn library errors into messages and exit codes."""
     # Standalone mode lets the CLI library report its own usage errors (exit 2).

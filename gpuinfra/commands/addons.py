@@ -1,0 +1,10 @@
+"""CLI commands: addons."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `gpuinfra` app."""
+    del app
