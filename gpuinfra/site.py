@@ -110,7 +110,8 @@ def check_vars(
             problems.append(Problem(file, key, f"expected {spec.type}, got a boolean {value!r}"))
         elif not isinstance(value, expected):
             problems.append(Problem(file, key, f"expected {spec.type}, got {value!r}"))
-        elif spec.choices and value not in spec.choices:
+        elif spec.choices and any(v not in spec.choices for v in _members(value, spec)):
+            value = next(v for v in _members(value, spec) if v not in spec.choices)
             choices = [str(c) for c in spec.choices]
             problems.append(
                 Problem(
@@ -122,6 +123,11 @@ def check_vars(
                 )
             )
     return problems
+
+
+def _members(value: Any, spec: VarSpec) -> list[Any]:
+    # For a list option, Ansible applies `choices` to each element.
+    return list(value) if spec.type == "list" else [value]
 
 
 def _templated(value: Any) -> bool:

@@ -39,7 +39,7 @@ def roles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def make_site(tmp_path: Path, group_vars: dict[str, object]) -> Path:
     root = tmp_path / "mysite"
-    (root / "group_vars" / "gpu_nodes").mkdir(parents=True)
+    (root / "group_vars" / "gpu_nodes").mkdir(parents=True, exist_ok=True)
     inventory = {
         "all": {
             "children": {
@@ -106,3 +106,23 @@ def test_foreign_variables_are_left_to_ansible(tmp_path: Path, roles: Path) -> N
 def test_missing_site_suggests_known_ones(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no site at"):
         site.load_site(tmp_path / "nope")
+
+
+def test_list_choices_apply_to_each_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    meta = tmp_path / "roles" / "nvidia_container_toolkit" / "meta"
+    meta.mkdir(parents=True)
+    spec = {"type": "list", "elements": "str", "choices": ["containerd", "docker"]}
+    document = {
+        "argument_specs": {"main": {"options": {"nvidia_container_toolkit_runtimes": spec}}}
+    }
+    (meta / "argument_specs.yml").write_text(yaml.safe_dump(document))
+    site.role_specs.cache_clear()
+    roles_dir = tmp_path / "roles"
+    ok = make_site(tmp_path, {"nvidia_container_toolkit_runtimes": ["containerd", "docker"]})
+    assert site.load_site(ok, roles_dir).hosts["node-a"].vars["nvidia_container_toolkit_runtimes"]
+    bad = make_site(tmp_path, {"nvidia_container_toolkit_runtimes": ["containerd", "dokcer"]})
+    with pytest.raises(ConfigError, match="'dokcer' is not allowed; did you mean 'docker'"):
+        site.load_site(bad, roles_dir)
