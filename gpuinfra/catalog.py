@@ -62,3 +62,37 @@ def instance_types() -> dict[str, InstanceType]:
 
 def price_source() -> str:
     return str(_raw()["source_prices"])
+
+
+def monthly_on_demand_usd(instance_type: str, count: int, hours: float = 730.0) -> float | None:
+    """On-demand cost of ``count`` instances for ``hours`` (730 = an average month).
+
+    None when the type is unknown or has no price in the snapshot (p5e): a ceiling check must
+    say it cannot price the pool rather than count it as free.
+    """
+    spec = instance_types().get(instance_type)
+    if spec is None or spec.on_demand_usd_per_hour is None:
+        return None
+    return round(spec.on_demand_usd_per_hour * count * hours, 2)
+
+
+# Availability zone names per region (AWS "Regions and Zones" documentation, 2026). Names, not
+# zone ids: which physical zone a name maps to differs between accounts.
+REGION_ZONES: dict[str, tuple[str, ...]] = {
+    "us-east-1": tuple(f"us-east-1{c}" for c in "abcdef"),
+    "us-east-2": tuple(f"us-east-2{c}" for c in "abc"),
+    "us-west-2": tuple(f"us-west-2{c}" for c in "abcd"),
+    "ca-central-1": ("ca-central-1a", "ca-central-1b", "ca-central-1d"),
+    "eu-west-1": tuple(f"eu-west-1{c}" for c in "abc"),
+    "eu-west-2": tuple(f"eu-west-2{c}" for c in "abc"),
+    "eu-central-1": tuple(f"eu-central-1{c}" for c in "abc"),
+    "eu-north-1": tuple(f"eu-north-1{c}" for c in "abc"),
+    "ap-northeast-1": ("ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"),
+    "ap-south-1": tuple(f"ap-south-1{c}" for c in "abc"),
+    "ap-southeast-2": tuple(f"ap-southeast-2{c}" for c in "abc"),
+}
+
+
+def availability_zones(region: str) -> tuple[str, ...] | None:
+    """The zone names of ``region``, or None for a region the catalog does not list."""
+    return REGION_ZONES.get(region)

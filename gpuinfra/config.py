@@ -14,14 +14,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuinfra import catalog
+from gpuinfra.addons import AddonsSettings
 from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import display_path, load_yaml, validate
+from gpuinfra.loading import display_path, join_path, load_yaml, validate
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
 ENVIRONMENTS = ("dev", "staging", "prod")
 NAMESPACE = "gpuinfra"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+# Node labels under this prefix are the contract with Kueue's ResourceFlavors.
+RESERVED_LABEL_PREFIX = "gpuinfra.dev/"
 
 
 class Model(BaseModel):
@@ -53,6 +56,10 @@ def _cidr(value: str) -> str:
     return value
 
 
+# Cost tags every taggable cloud resource carries (the policy pack refuses resources without).
+REQUIRED_TAGS = ("team", "project", "cost-center")
+
+
 class Tags(CamelModel):
     team: str = Field(min_length=1)
     project: str = Field(min_length=1)
@@ -65,23 +72,45 @@ class Tags(CamelModel):
 class NetworkConfig(CamelModel):
     cidr: str = "10.40.0.0/16"
     availability_zones: list[str] = Field(min_length=1, max_length=6)
+    # One per availability zone, in the same order; carved from ``cidr`` when left out.
+    private_subnet_cidrs: list[str] | None = None
+    public_subnet_cidrs: list[str] | None = None
     single_nat_gateway: bool = True
     flow_logs: bool = False
 
     _check_cidr = field_validator("cidr")(_cidr)
 
+    @field_validator("private_subnet_cidrs", "public_subnet_cidrs")
+    @classmethod
+    def _subnets(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or ():
+            _cidr(cidr)
+        return value
+
 
 class ClusterConfig(CamelModel):
     endpoint_public_access: bool = False
     public_access_cidrs: list[str] = Field(default_factory=list)
-    admin_role_arn: str | None = None
+    admin_role_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"
+    )
 
     @field_validator("public_access_cidrs")
     @classmethod
     def _cidrs(cls, value: list[str]) -> list[str]:
         for cidr in value:
             _cidr(cidr)
+            if ipaddress.ip_network(cidr).prefixlen == 0:
+                raise ValueError(
+                    f"'{cidr}' opens the API endpoint to the internet; list your CIDRs"
+                )
         return value
+
+    @model_validator(mode="after")
+    def _public_needs_cidrs(self) -> ClusterConfig:
+        if self.endpoint_public_access and not self.public_access_cidrs:
+            raise ValueError("endpointPublicAccess: true needs publicAccessCidrs")
+        return self
 
 
 class NodePoolConfig(CamelModel):
@@ -94,7 +123,7 @@ class NodePoolConfig(CamelModel):
     availability_zone: str | None = None
     efa: bool = False
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
-    capacity_reservation_id: str | None = None
+    capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -107,35 +136,10 @@ class NodePoolConfig(CamelModel):
     @field_validator("instance_type")
     @classmethod
     def _instance_type(cls, value: str) -> str:
-        known = catalog.instance_types()
-        if value not in known:
-            raise ValueError(f"unknown GPU instance type '{value}'{did_you_mean(value, known)}")
+        problem = instance_type_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
-
-    @model_validator(mode="after")
-    def _sizes(self) -> NodePoolConfig:
-        if self.min_size > self.max_size:
-            raise ValueError(f"minSize {self.min_size} is greater than maxSize {self.max_size}")
-        if not self.min_size <= self.desired_size <= self.max_size:
-            raise ValueError(
-                f"desiredSize {self.desired_size} must lie between minSize {self.min_size} "
-                f"and maxSize {self.max_size}"
-            )
-        spec = catalog.instance_types()[self.instance_type]
-        if self.efa and spec.efa_interfaces == 0:
-            with_efa = sorted(n for n, s in catalog.instance_types().items() if s.efa_interfaces)
-            raise ValueError(
-                f"efa: {self.instance_type} has no EFA interfaces; EFA needs one of "
-                f"{allowed(with_efa, limit=6)}"
-            )
-        if self.efa and not self.availability_zone:
-            raise ValueError(
-                "efa: an EFA pool needs an explicit availabilityZone (placement group)"
-            )
-        reserved = self.capacity_type in ("capacity-reservation", "capacity-block")
-        if reserved and not self.capacity_reservation_id:
-            raise ValueError(f"capacityType {self.capacity_type} needs capacityReservationId")
-        return self
 
 
 class FsxConfig(CamelModel):
@@ -175,7 +179,7 @@ class StackConfig(Model):
     node_pools: list[NodePoolConfig] = Field(min_length=1)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     policy: PolicyConfig
-    addons: dict[str, Any] = Field(default_factory=dict)
+    addons: AddonsSettings = Field(default_factory=AddonsSettings)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
@@ -184,6 +188,240 @@ class StackConfig(Model):
         if dupes:
             raise ValueError(f"nodePools: duplicate pool names {', '.join(dupes)}")
         return self
+
+
+# --- checks shared by the stack file and the components -----------------------------------
+#
+# Each returns (path, message) pairs, the path in the components' snake_case argument names;
+# the stack loader turns them into stack-file keys. Both report every problem, not the first.
+
+Finding = tuple[tuple[str | int, ...], str]
+
+
+def instance_type_problem(instance_type: str) -> str | None:
+    known = catalog.instance_types()
+    if instance_type in known:
+        return None
+    return f"unknown GPU instance type '{instance_type}'{did_you_mean(instance_type, known)}"
+
+
+def zone_problem(region: str, zone: str) -> str | None:
+    zones = catalog.availability_zones(region)
+    if zones is None:
+        return f"region '{region}' is not in the catalog (known: {allowed(catalog.REGION_ZONES)})"
+    if zone in zones:
+        return None
+    return f"'{zone}' is not an availability zone of {region} (allowed: {allowed(zones)})"
+
+
+def node_pool_findings(
+    *,
+    region: str,
+    instance_type: str,
+    capacity_type: str,
+    min_size: int,
+    max_size: int,
+    desired_size: int,
+    availability_zone: str | None,
+    efa: bool,
+    capacity_reservation_id: str | None,
+    labels: dict[str, str],
+) -> list[Finding]:
+    found: list[Finding] = []
+    unknown = instance_type_problem(instance_type)
+    if unknown:
+        found.append((("instance_type",), unknown))
+    if min_size > max_size:
+        found.append((("min_size",), f"minSize {min_size} is greater than maxSize {max_size}"))
+    elif not min_size <= desired_size <= max_size:
+        found.append(
+            (
+                ("desired_size",),
+                f"desiredSize {desired_size} must lie between minSize {min_size} "
+                f"and maxSize {max_size}",
+            )
+        )
+    if availability_zone is not None:
+        bad_zone = zone_problem(region, availability_zone)
+        if bad_zone:
+            found.append((("availability_zone",), bad_zone))
+    if efa and not unknown and catalog.instance_types()[instance_type].efa_interfaces == 0:
+        found.append(
+            (("efa",), f"{instance_type} has no EFA interfaces; {_efa_hint(instance_type)}")
+        )
+    if efa and availability_zone is None:
+        found.append(
+            (("availability_zone",), "an EFA pool needs one explicit zone for its placement group")
+        )
+    reserved = capacity_type in ("capacity-reservation", "capacity-block")
+    if reserved and not capacity_reservation_id:
+        found.append(
+            (("capacity_reservation_id",), f"capacityType {capacity_type} needs a reservation id")
+        )
+    if capacity_reservation_id and not reserved:
+        found.append(
+            (
+                ("capacity_reservation_id",),
+                f"a reservation id needs capacityType 'capacity-reservation' or "
+                f"'capacity-block', not '{capacity_type}'",
+            )
+        )
+    if reserved and availability_zone is None:
+        found.append(
+            (("availability_zone",), "a capacity reservation lives in one zone: name it here")
+        )
+    for key in sorted(labels):
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            found.append(
+                (("labels", key), f"'{RESERVED_LABEL_PREFIX}*' labels are set by gpuinfra")
+            )
+    return found
+
+
+def _efa_hint(instance_type: str) -> str:
+    """The EFA types of the same family, smallest first, or of the whole catalog."""
+    types = catalog.instance_types()
+    family = types[instance_type].family
+    with_efa = [s for s in types.values() if s.efa_interfaces]
+    same = [s for s in with_efa if s.family == family] or with_efa
+    names = [s.name for s in sorted(same, key=lambda s: (s.vcpu, s.name))]
+    return f"EFA needs one of {', '.join(names)}"
+
+
+def network_findings(
+    *,
+    region: str,
+    cidr: str,
+    availability_zones: list[str],
+    private_subnet_cidrs: list[str],
+    public_subnet_cidrs: list[str],
+) -> list[Finding]:
+    """Zones in the region, one subnet per zone of each kind, inside the VPC, no overlaps."""
+    found: list[Finding] = []
+    for i, zone in enumerate(availability_zones):
+        bad = zone_problem(region, zone)
+        if bad:
+            found.append((("availability_zones", i), bad))
+    dupes = sorted({z for z in availability_zones if availability_zones.count(z) > 1})
+    if dupes:
+        found.append((("availability_zones",), f"zones listed twice: {', '.join(dupes)}"))
+    vpc = ipaddress.ip_network(cidr)
+    if not 16 <= vpc.prefixlen <= 20:
+        found.append((("cidr",), f"'{cidr}': a GPU VPC takes a /16 to /20 block"))
+    seen: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+    for field_name, blocks in (
+        ("private_subnet_cidrs", private_subnet_cidrs),
+        ("public_subnet_cidrs", public_subnet_cidrs),
+    ):
+        if len(blocks) != len(availability_zones):
+            found.append(
+                (
+                    (field_name,),
+                    f"{len(blocks)} subnets for {len(availability_zones)} availability zones; "
+                    "give one per zone, in the same order",
+                )
+            )
+        for i, block in enumerate(blocks):
+            net = ipaddress.ip_network(block)
+            if net.version != vpc.version or not net.subnet_of(vpc):  # type: ignore[arg-type]
+                found.append(((field_name, i), f"'{block}' lies outside the VPC block {cidr}"))
+            for other_kind, other in seen:
+                if net.overlaps(other):
+                    found.append(
+                        ((field_name, i), f"'{block}' overlaps the {other_kind} subnet '{other}'")
+                    )
+            seen.append((field_name.split("_", 1)[0], net))
+    return found
+
+
+def default_subnets(cidr: str, zones: int) -> tuple[list[str], list[str]]:
+    """Private and public subnet blocks carved from the VPC block, one of each per zone.
+
+    Private subnets take an eighth of the VPC each (pods get VPC addresses, GPU nodes run many
+    of them); the public ones, for load balancers and NAT only, share the last eighth.
+    """
+    eighths = list(ipaddress.ip_network(cidr).subnets(prefixlen_diff=3))
+    private = [str(n) for n in eighths[:zones]]
+    last = ipaddress.ip_network(str(eighths[-1]))
+    public = [str(n) for n in list(last.subnets(prefixlen_diff=3))[:zones]]
+    return private, public
+
+
+def stack_findings(cfg: StackConfig) -> list[Finding]:
+    """Checks that span keys (zones against the region, subnets against each other)."""
+    private, public = default_subnets(cfg.network.cidr, len(cfg.network.availability_zones))
+    found = [
+        (("network", *path), message)
+        for path, message in network_findings(
+            region=cfg.region,
+            cidr=cfg.network.cidr,
+            availability_zones=cfg.network.availability_zones,
+            private_subnet_cidrs=cfg.network.private_subnet_cidrs or private,
+            public_subnet_cidrs=cfg.network.public_subnet_cidrs or public,
+        )
+    ]
+    for i, pool in enumerate(cfg.node_pools):
+        for path, message in node_pool_findings(
+            region=cfg.region,
+            instance_type=pool.instance_type,
+            capacity_type=pool.capacity_type,
+            min_size=pool.min_size,
+            max_size=pool.max_size,
+            desired_size=pool.desired_size,
+            availability_zone=pool.availability_zone,
+            efa=pool.efa,
+            capacity_reservation_id=pool.capacity_reservation_id,
+            labels=pool.labels,
+        ):
+            if path == ("instance_type",):
+                continue  # already reported by the field validator, with its suggestion
+            found.append((("node_pools", i, *path), message))
+    for i, pool in enumerate(cfg.node_pools):
+        if pool.instance_type not in cfg.policy.allowed_instance_types:
+            found.append(
+                (
+                    ("node_pools", i, "instance_type"),
+                    f"{pool.instance_type} is not in policy.allowedInstanceTypes "
+                    f"({allowed(cfg.policy.allowed_instance_types)})",
+                )
+            )
+    # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.
+    gpu_types = sorted({catalog.instance_types()[p.instance_type].gpu_name for p in cfg.node_pools})
+    for i, flavor in enumerate(cfg.addons.kueue.flavors):
+        if cfg.addons.kueue.enabled and flavor.gpu_type not in gpu_types:
+            found.append(
+                (
+                    ("addons", "kueue", "flavors", i, "gpu_type"),
+                    f"no node pool has {flavor.gpu_type} GPUs (pools have {allowed(gpu_types)})",
+                )
+            )
+    for i, name in enumerate(cfg.policy.allowed_instance_types):
+        unknown_type = instance_type_problem(name)
+        if unknown_type:
+            found.append((("policy", "allowed_instance_types", i), unknown_type))
+    return found
+
+
+def check_stack(cfg: StackConfig, file: str) -> StackConfig:
+    """Raise ConfigError naming every cross-key problem of ``cfg`` in stack-file terms."""
+    found = stack_findings(cfg)
+    if found:
+        reverse = {v: k for k, v in _STACK_KEYS.items()}
+        raise ConfigError(
+            _stack_paths(Problem(file, join_path(_camel_path(path)), message), reverse)
+            for path, message in found
+        )
+    return cfg
+
+
+def _camel_path(path: tuple[str | int, ...]) -> list[str | int]:
+    # Label keys are the user's own words; only model field names become camelCase.
+    out: list[str | int] = []
+    for i, part in enumerate(path):
+        # The head is a model field that _stack_paths maps to its stack key.
+        keep = isinstance(part, int) or i == 0 or (i > 0 and path[i - 1] == "labels")
+        out.append(part if keep else camel(str(part)))
+    return out
 
 
 # Stack-file keys, as written (``gpuinfra:nodePools``), to model fields.
@@ -217,7 +455,8 @@ def load_stack(env: str, root: Path | None = None) -> StackConfig:
             f"no stack '{env}' (stacks/Pulumi.{env}.yaml not found){did_you_mean(env, stacks)}; "
             f"stacks: {', '.join(stacks) or 'none'}"
         )
-    return parse_stack(load_yaml(path), display_path(path))
+    shown = display_path(path)
+    return check_stack(parse_stack(load_yaml(path), shown), shown)
 
 
 def parse_stack(document: Any, file: str) -> StackConfig:

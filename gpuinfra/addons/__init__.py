@@ -9,28 +9,196 @@ else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import BaseModel, Field
 
-@dataclass(frozen=True)
-class Chart:
-    """Coordinates of a pinned Helm chart, read from versions.yaml."""
+from gpuinfra import versions as versions_mod
+from gpuinfra.addons import gpu_operator, kueue, prometheus_stack, triton, volcano
+from gpuinfra.addons.base import AddonRender, AddonSettings, Chart, Settings
+from gpuinfra.addons.gpu_operator import GpuOperatorSettings
+from gpuinfra.addons.kueue import KueueSettings
+from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
+from gpuinfra.addons.triton import TritonSettings
+from gpuinfra.addons.volcano import VolcanoSettings
+from gpuinfra.errors import ConfigError, Problem, UsageError
+from gpuinfra.loading import validate
+from gpuinfra.site import Site
+from gpuinfra.suggest import did_you_mean
+from gpuinfra.versions import Versions
 
-    repository: str
-    name: str
-    version: str
+# Install order: the Prometheus stack first, because the others create ServiceMonitors and
+# PrometheusRules whose CRDs it installs; then the GPU Operator, the schedulers, and Triton.
+ADDONS: tuple[str, ...] = ("prometheus_stack", "gpu_operator", "volcano", "kueue", "triton")
 
 
-@dataclass(frozen=True)
-class AddonRender:
-    """Everything one add-on applies to a cluster, fully resolved."""
+class AddonsSettings(Settings):
+    """The ``gpuinfra:addons`` block of a stack file (camelCase there, e.g. ``gpuOperator``)."""
 
-    name: str
-    release: str
-    namespace: str
-    chart: Chart | None
-    values: dict[str, Any] = field(default_factory=dict)
-    objects: list[dict[str, Any]] = field(default_factory=list)
-    # Files the add-on ships besides objects, by relative path (Triton's config.pbtxt files).
-    files: dict[str, str] = field(default_factory=dict)
+    prometheus_stack: PrometheusStackSettings = Field(default_factory=PrometheusStackSettings)
+    gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
+    volcano: VolcanoSettings = Field(default_factory=VolcanoSettings)
+    kueue: KueueSettings = Field(default_factory=KueueSettings)
+    triton: TritonSettings = Field(default_factory=TritonSettings)
+
+
+_Renderer = Callable[[Any, Versions], AddonRender]
+_SPECS: dict[str, tuple[type[AddonSettings], _Renderer]] = {
+    "prometheus_stack": (PrometheusStackSettings, prometheus_stack.render),
+    "gpu_operator": (GpuOperatorSettings, gpu_operator.render),
+    "volcano": (VolcanoSettings, volcano.render),
+    "kueue": (KueueSettings, kueue.render),
+    "triton": (TritonSettings, triton.render),
+}
+
+
+def settings_model(addon: str) -> type[AddonSettings]:
+    """The settings model of one add-on; UsageError for an unknown name."""
+    if addon not in _SPECS:
+        raise UsageError(
+            f"unknown add-on '{addon}'{did_you_mean(addon, ADDONS)}; add-ons: {', '.join(ADDONS)}"
+        )
+    return _SPECS[addon][0]
+
+
+def parse_settings(
+    addon: str, settings: BaseModel | Mapping[str, Any] | None, *, file: str = "<settings>"
+) -> AddonSettings:
+    """Settings as a model: given, validated from a mapping (ConfigError naming ``file``), or
+    the defaults."""
+    model = settings_model(addon)
+    if isinstance(settings, model):
+        return settings
+    if isinstance(settings, BaseModel):
+        raise TypeError(f"{addon} takes {model.__name__}, not {type(settings).__name__}")
+    return validate(model, dict(settings or {}), file)
+
+
+def settings_from_role_vars(
+    addon: str, variables: Mapping[str, Any], *, file: str = "<role variables>"
+) -> AddonSettings:
+    """Settings from Ansible role variables ``<addon>_<field>`` (gpu_operator_mig_strategy).
+
+    Variables of other roles are ignored; an unknown ``<addon>_`` variable is an error naming
+    the variable as the user wrote it.
+    """
+    model = settings_model(addon)
+    prefix = f"{addon}_"
+    data = {k.removeprefix(prefix): v for k, v in variables.items() if k.startswith(prefix)}
+    known = [prefix + name for name in model.model_fields]
+    unknown = [
+        Problem(
+            file,
+            prefix + key,
+            f"unknown variable of role '{addon}'{did_you_mean(prefix + key, known)}",
+        )
+        for key in data
+        if key not in model.model_fields
+    ]
+    if unknown:
+        raise ConfigError(unknown)
+    try:
+        return validate(model, data, file)
+    except ConfigError as exc:
+        raise ConfigError(
+            Problem(p.file, prefix + p.path if p.path else "", p.message) for p in exc.problems
+        ) from None
+
+
+def settings_from_site(site: Site) -> AddonsSettings:
+    """Add-on settings of a bare-metal site, from its role variables.
+
+    Add-ons are cluster-wide, so every host must see the same value of each add-on variable;
+    a variable that differs between hosts is an error naming both files.
+    """
+    if not site.hosts:
+        raise ConfigError([Problem(site.name, "", "the site has no hosts")])
+    prefixes = tuple(f"{addon}_" for addon in ADDONS)
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    problems: list[Problem] = []
+    for host in site.hosts.values():
+        for key, value in host.vars.items():
+            if not key.startswith(prefixes):
+                continue
+            where = host.origin.get(key, site.name)
+            if key in merged and merged[key] != value:
+                problems.append(
+                    Problem(
+                        where,
+                        key,
+                        f"differs from {origin[key]} (host {host.name}); add-on settings apply "
+                        "to the whole cluster, set them once in group_vars/all",
+                    )
+                )
+                continue
+            merged[key] = value
+            origin.setdefault(key, where)
+    if problems:
+        raise ConfigError(problems)
+    chosen: dict[str, AddonSettings] = {}
+    for addon in ADDONS:
+        owned = {k: v for k, v in merged.items() if _owner(k) == addon}
+        try:
+            chosen[addon] = settings_from_role_vars(addon, owned, file=site.name)
+        except ConfigError as exc:
+            problems += [_in_file(p, origin) for p in exc.problems]
+    if problems:
+        raise ConfigError(problems)
+    return AddonsSettings.model_validate(chosen)
+
+
+def _in_file(problem: Problem, origin: dict[str, str]) -> Problem:
+    """The problem, placed in the file that set its variable."""
+    variable = re.split(r"[.\[]", problem.path, maxsplit=1)[0]
+    return Problem(origin.get(variable, problem.file), problem.path, problem.message)
+
+
+def _owner(variable: str) -> str | None:
+    # The longest add-on name that prefixes the variable owns it.
+    owners = [a for a in ADDONS if variable.startswith(f"{a}_")]
+    return max(owners, key=len) if owners else None
+
+
+def render(
+    addon: str,
+    settings: BaseModel | Mapping[str, Any] | None = None,
+    *,
+    versions: Versions | None = None,
+    file: str = "<settings>",
+) -> AddonRender:
+    """Everything one add-on applies, from its settings and the pinned versions."""
+    parsed = parse_settings(addon, settings, file=file)
+    return _SPECS[addon][1](parsed, versions or versions_mod.pinned())
+
+
+def render_all(settings: AddonsSettings, *, versions: Versions | None = None) -> list[AddonRender]:
+    """The enabled add-ons, rendered, in install order."""
+    pins = versions or versions_mod.pinned()
+    renders = []
+    for addon in ADDONS:
+        addon_settings: AddonSettings = getattr(settings, addon)
+        if addon_settings.enabled:
+            renders.append(_SPECS[addon][1](addon_settings, pins))
+    return renders
+
+
+__all__ = [
+    "ADDONS",
+    "AddonRender",
+    "AddonsSettings",
+    "Chart",
+    "GpuOperatorSettings",
+    "KueueSettings",
+    "PrometheusStackSettings",
+    "TritonSettings",
+    "VolcanoSettings",
+    "parse_settings",
+    "render",
+    "render_all",
+    "settings_from_role_vars",
+    "settings_from_site",
+    "settings_model",
+]

@@ -2,9 +2,50 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+
+from gpuinfra.errors import UsageError
+
+addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")
+
+
+@addons_app.command("render")
+def render(
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write one directory per add-on here; else print")
+    ] = None,
+) -> None:
+    """Render the enabled add-ons: chart, values, objects and model configs, as applied."""
+    from gpuinfra import addons, config
+    from gpuinfra import site as site_mod
+    from gpuinfra.addons import output
+
+    if (stack is None) == (site is None):
+        raise UsageError("give exactly one of --stack ENV or --site DIR")
+    if stack is not None:
+        settings = config.load_stack(stack).addons
+    else:
+        assert site is not None
+        settings = addons.settings_from_site(site_mod.load_site(site))
+    renders = addons.render_all(settings)
+    console = Console(soft_wrap=True, highlight=False)
+    if out is None:
+        for item in renders:
+            for relative, text in output.render_files(item).items():
+                console.print(f"# --- {relative}", markup=False)
+                console.print(text.rstrip("\n"), markup=False)
+        return
+    written = output.write(renders, out)
+    names = ", ".join(r.name for r in renders) or "none"
+    console.print(f"wrote {len(written)} files under {out} (add-ons: {names})", markup=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `gpuinfra` app."""
-    del app
+    app.add_typer(addons_app, name="addons")

@@ -1,0 +1,94 @@
+"""What every add-on spec shares: the render dataclasses, the settings base and cluster facts.
+
+The facts here are the contracts between add-ons that must agree for the cluster to work: the
+label the Prometheus stack selects monitors and rules by, the taint GPU nodes carry and the node
+label the node pools set per GPU type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gpuinfra.versions import Component
+
+# The Prometheus stack's release name. kube-prometheus-stack labels its own monitors with
+# ``release: <release>``; selecting on that same label keeps the chart's monitors and ours in one
+# selector (an explicit selector on another label would silently drop the chart's own).
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+MONITOR_LABELS: dict[str, str] = {"release": PROMETHEUS_RELEASE}
+
+# GPU nodes carry this taint so that only pods asking for GPUs (or tolerating it) land there.
+GPU_TAINT: dict[str, str] = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION: dict[str, str] = {
+    "key": GPU_TAINT["key"],
+    "operator": "Exists",
+    "effect": GPU_TAINT["effect"],
+}
+# Node pools (Pulumi) and site inventories label each GPU node with its GPU model (h100, l4).
+GPU_TYPE_LABEL = "gpuinfra.dev/gpu-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# A DNS-1123 label: namespaces, queue and flavor names.
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+# A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+
+MANAGED_BY: dict[str, str] = {"app.kubernetes.io/managed-by": "gpuinfra"}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """Coordinates of a pinned Helm chart, read from versions.yaml."""
+
+    repository: str
+    name: str
+    version: str
+
+    @classmethod
+    def of(cls, component: Component) -> Chart:
+        source = component.source
+        if source.type != "helm" or not source.repository or not source.chart:
+            raise ValueError(f"{component} is not a Helm chart")
+        return cls(repository=source.repository, name=source.chart, version=component.version)
+
+
+@dataclass(frozen=True)
+class AddonRender:
+    """Everything one add-on applies to a cluster, fully resolved."""
+
+    name: str
+    release: str
+    namespace: str
+    chart: Chart | None
+    values: dict[str, Any] = field(default_factory=dict)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    # Files the add-on ships besides objects, by relative path (Triton's config.pbtxt files).
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Settings(BaseModel):
+    """Base of every settings model: camelCase in stack files, snake_case in Python and Ansible."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class AddonSettings(Settings):
+    enabled: bool
+    namespace: Name
+
+
+def metadata(
+    name: str, namespace: str | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Object metadata with the project's managed-by label (and any others given)."""
+    meta: dict[str, Any] = {"name": name, "labels": {**MANAGED_BY, **(labels or {})}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta

@@ -1,0 +1,155 @@
+"""NVIDIA GPU Operator: device plugin, DCGM exporter, GPU feature discovery, MIG manager.
+
+Host-driver mode (the default) leaves the driver and container toolkit to the node: bare-metal
+hosts converged by the ``nvidia_driver`` and ``nvidia_container_toolkit`` roles, and the EKS GPU
+AMI, already have both, and a second driver container on such a node fails to load its module.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from gpuinfra.addons.base import (
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    MONITOR_LABELS,
+    AddonRender,
+    AddonSettings,
+    Chart,
+)
+from gpuinfra.versions import Versions
+
+RELEASE = "gpu-operator"
+MIG_CONFIG_MAP = "gpuinfra-mig-parted-config"
+DEVICE_PLUGIN_CONFIG_MAP = "gpuinfra-device-plugin-config"
+DEVICE_PLUGIN_CONFIG = "gpuinfra"
+MIG_ALL_DISABLED = "all-disabled"
+# The Service (and so the Prometheus job) the operator creates for the DCGM exporter.
+DCGM_EXPORTER_JOB = "nvidia-dcgm-exporter"
+
+# Operand in versions.yaml -> the chart value that holds its image tag.
+_OPERAND_VALUES = {
+    "driver": "driver",
+    "toolkit": "toolkit",
+    "device_plugin": "devicePlugin",
+    "dcgm_exporter": "dcgmExporter",
+    "dcgm": "dcgm",
+    "mig_manager": "migManager",
+}
+# A MIG profile as nvidia-smi names it: 1g.10gb, 3g.71gb, 1g.18gb+me.
+_MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
+
+
+class GpuOperatorSettings(AddonSettings):
+    enabled: bool = True
+    namespace: str = "gpu-operator"
+    # host: the node image or the nvidia_driver role provides driver and toolkit;
+    # operator: the operator runs them as containers.
+    driver_mode: Literal["host", "operator"] = "host"
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    # Named MIG layouts applied to every GPU of a node: name -> {profile: count}. A node picks
+    # one with the label nvidia.com/mig.config=<name>.
+    mig_profiles: dict[str, dict[str, int]] = Field(default_factory=dict)
+    mig_default_profile: str = MIG_ALL_DISABLED
+    # Pods sharing one GPU by time-slicing; 1 turns sharing off.
+    time_slicing_replicas: int = Field(default=1, ge=1, le=64)
+
+    @field_validator("mig_profiles")
+    @classmethod
+    def _profiles(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        for name, layout in value.items():
+            if name == MIG_ALL_DISABLED:
+                raise ValueError(f"'{MIG_ALL_DISABLED}' is built in; choose another name")
+            if not layout:
+                raise ValueError(f"MIG layout '{name}' lists no profiles")
+            for profile, count in layout.items():
+                if not _MIG_PROFILE.match(profile):
+                    raise ValueError(
+                        f"'{profile}' in '{name}' is not a MIG profile (e.g. 1g.10gb, 3g.71gb)"
+                    )
+                if not 1 <= count <= 7:
+                    raise ValueError(f"'{profile}' in '{name}': count {count} is not 1 to 7")
+        return value
+
+    @model_validator(mode="after")
+    def _mig(self) -> GpuOperatorSettings:
+        known = [MIG_ALL_DISABLED, *self.mig_profiles]
+        if self.mig_default_profile not in known:
+            raise ValueError(
+                f"migDefaultProfile '{self.mig_default_profile}' is not one of {', '.join(known)}"
+            )
+        if self.mig_strategy == "none" and self.mig_profiles:
+            raise ValueError("migProfiles need migStrategy single or mixed")
+        return self
+
+
+def values(settings: GpuOperatorSettings, versions: Versions) -> dict[str, Any]:
+    host_mode = settings.driver_mode == "host"
+    out: dict[str, Any] = {
+        "driver": {"enabled": not host_mode},
+        "toolkit": {"enabled": not host_mode},
+        # The node-feature-discovery worker keeps the chart's tolerations, which include this.
+        "daemonsets": {"tolerations": [GPU_TOLERATION]},
+        "mig": {"strategy": settings.mig_strategy},
+        "migManager": {"enabled": settings.mig_strategy != "none"},
+        "dcgmExporter": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True, "additionalLabels": dict(MONITOR_LABELS)},
+        },
+        "devicePlugin": {"enabled": True},
+    }
+    for operand, key in _OPERAND_VALUES.items():
+        version = versions.gpu_operator.operands.get(operand)
+        if version:
+            out.setdefault(key, {})["version"] = version
+    if settings.mig_profiles:
+        out["migManager"]["config"] = {
+            "create": True,
+            "name": MIG_CONFIG_MAP,
+            "default": settings.mig_default_profile,
+            "data": {"config.yaml": _mig_parted_config(settings)},
+        }
+    if settings.time_slicing_replicas > 1:
+        out["devicePlugin"]["config"] = {
+            "create": True,
+            "name": DEVICE_PLUGIN_CONFIG_MAP,
+            "default": DEVICE_PLUGIN_CONFIG,
+            "data": {DEVICE_PLUGIN_CONFIG: _device_plugin_config(settings)},
+        }
+    return out
+
+
+def _mig_parted_config(settings: GpuOperatorSettings) -> str:
+    configs: dict[str, Any] = {MIG_ALL_DISABLED: [{"devices": "all", "mig-enabled": False}]}
+    for name, layout in sorted(settings.mig_profiles.items()):
+        configs[name] = [
+            {"devices": "all", "mig-enabled": True, "mig-devices": dict(sorted(layout.items()))}
+        ]
+    return yaml.safe_dump({"version": "v1", "mig-configs": configs}, sort_keys=False)
+
+
+def _device_plugin_config(settings: GpuOperatorSettings) -> str:
+    config = {
+        "version": "v1",
+        "flags": {"migStrategy": settings.mig_strategy},
+        "sharing": {
+            "timeSlicing": {
+                "resources": [{"name": GPU_RESOURCE, "replicas": settings.time_slicing_replicas}]
+            }
+        },
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def render(settings: GpuOperatorSettings, versions: Versions) -> AddonRender:
+    return AddonRender(
+        name="gpu_operator",
+        release=RELEASE,
+        namespace=settings.namespace,
+        chart=Chart.of(versions.gpu_operator),
+        values=values(settings, versions),
+    )

@@ -1,0 +1,179 @@
+"""kube-prometheus-stack: Prometheus, Alertmanager and Grafana, with GPU dashboards and alerts.
+
+Prometheus selects ServiceMonitors, PodMonitors and PrometheusRules by ``MONITOR_LABELS``; the
+other specs put that same label on what they create, so GPU metrics reach Grafana.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from gpuinfra.addons.base import (
+    MONITOR_LABELS,
+    PROMETHEUS_RELEASE,
+    AddonRender,
+    AddonSettings,
+    Chart,
+    Name,
+    Quantity,
+    metadata,
+)
+from gpuinfra.versions import Versions
+
+# Grafana's dashboard sidecar loads ConfigMaps carrying this label from every namespace.
+DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL_VALUE = "1"
+SEVERITIES = ("critical", "warning", "info")
+_SECRETS_DIR = "/etc/alertmanager/secrets"
+
+
+class PrometheusStackSettings(AddonSettings):
+    enabled: bool = True
+    namespace: Name = "monitoring"
+    retention: str = Field(default="15d", pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")
+    # Oldest data is dropped first once the volume holds this much ("" = no size limit).
+    retention_size: str = Field(default="", pattern=r"^([0-9]+(B|KB|MB|GB|TB|PB|EB))?$")
+    storage_size: Quantity = "50Gi"
+    storage_class: Name | None = None
+    # An existing Secret holding Grafana's admin user and password: never a plaintext value.
+    grafana_admin_secret: Name = "grafana-admin"
+    grafana_admin_user_key: str = "admin-user"
+    grafana_admin_password_key: str = "admin-password"
+    # An existing Secret with one webhook URL per severity (keys critical, warning, info);
+    # without it alerts are routed by severity to receivers that deliver nowhere.
+    alert_webhook_secret: Name | None = None
+
+
+def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, Any]:
+    del versions
+    selector = {"matchLabels": dict(MONITOR_LABELS)}
+    storage: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": settings.storage_size}},
+    }
+    if settings.storage_class:
+        storage["storageClassName"] = settings.storage_class
+    prometheus_spec: dict[str, Any] = {
+        "retention": settings.retention,
+        "storageSpec": {"volumeClaimTemplate": {"spec": storage}},
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "serviceMonitorSelector": selector,
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelector": selector,
+        "ruleSelectorNilUsesHelmValues": False,
+        "ruleSelector": selector,
+    }
+    if settings.retention_size:
+        prometheus_spec["retentionSize"] = settings.retention_size
+    alertmanager: dict[str, Any] = {"config": alertmanager_config(settings)}
+    if settings.alert_webhook_secret:
+        alertmanager["alertmanagerSpec"] = {"secrets": [settings.alert_webhook_secret]}
+    return {
+        "prometheus": {"prometheusSpec": prometheus_spec},
+        "alertmanager": alertmanager,
+        "grafana": {
+            "admin": {
+                "existingSecret": settings.grafana_admin_secret,
+                "userKey": settings.grafana_admin_user_key,
+                "passwordKey": settings.grafana_admin_password_key,
+            },
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": DASHBOARD_LABEL,
+                    "labelValue": DASHBOARD_LABEL_VALUE,
+                    "searchNamespace": "ALL",
+                }
+            },
+        },
+    }
+
+
+def alertmanager_config(settings: PrometheusStackSettings) -> dict[str, Any]:
+    """Route each alert to the receiver of its severity; the chart keeps its inhibit rules.
+
+    Those rules hold info alerts (GpuIdle after 2 hours) back while no warning or critical alert
+    fires in their namespace: they show in Alertmanager and Grafana without notifying anyone,
+    and the 6-hour GpuIdle warning replaces the info one.
+    """
+    receivers: list[dict[str, Any]] = [{"name": "null"}]
+    for severity in SEVERITIES:
+        receiver: dict[str, Any] = {"name": severity}
+        if settings.alert_webhook_secret:
+            # url_file keeps the URL (often carrying a token) out of values and state.
+            url_file = f"{_SECRETS_DIR}/{settings.alert_webhook_secret}/{severity}"
+            receiver["webhook_configs"] = [{"url_file": url_file, "send_resolved": True}]
+        receivers.append(receiver)
+    routes: list[dict[str, Any]] = [
+        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+        *(
+            {"receiver": severity, "matchers": [f'severity = "{severity}"']}
+            for severity in SEVERITIES
+        ),
+    ]
+    return {
+        "route": {
+            "group_by": ["namespace", "alertname"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "12h",
+            "receiver": "null",
+            "routes": routes,
+        },
+        "receivers": receivers,
+    }
+
+
+def alert_rules() -> dict[str, Any]:
+    """The GPU alert rule groups, as a Prometheus rule file."""
+    text = resources.files("gpuinfra.addons").joinpath("data/gpu-alerts.yaml").read_text("utf-8")
+    rules: dict[str, Any] = yaml.safe_load(text)
+    return rules
+
+
+def dashboard() -> str:
+    """The DCGM exporter's Grafana dashboard, as upstream ships it."""
+    text = (
+        resources.files("gpuinfra.addons")
+        .joinpath("data/dcgm-exporter-dashboard.json")
+        .read_text("utf-8")
+    )
+    # Re-serialised so the ConfigMap is compact and stable.
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def objects(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PrometheusRule",
+            "metadata": metadata("gpuinfra-gpu-alerts", settings.namespace, dict(MONITOR_LABELS)),
+            "spec": alert_rules(),
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(
+                "gpuinfra-dcgm-dashboard",
+                settings.namespace,
+                {DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE},
+            ),
+            "data": {"dcgm-exporter.json": dashboard()},
+        },
+    ]
+
+
+def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender:
+    return AddonRender(
+        name="prometheus_stack",
+        release=PROMETHEUS_RELEASE,
+        namespace=settings.namespace,
+        chart=Chart.of(versions.kube_prometheus_stack),
+        values=values(settings, versions),
+        objects=objects(settings),
+    )

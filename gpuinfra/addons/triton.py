@@ -1,0 +1,333 @@
+"""Triton Inference Server: Deployment, Service, autoscaler, metrics scraping, model configs.
+
+Triton publishes no chart repository, so this spec writes the Kubernetes objects itself. Each
+model's ``config.pbtxt`` is built as Triton's own ``ModelConfig`` protobuf and printed in text
+format, so a field Triton does not know cannot be written.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+# protobuf ships no type stubs; text_format is only called, and its result wrapped in str().
+from google.protobuf import text_format  # type: ignore[import-untyped]
+from pydantic import Field, model_validator
+from tritonclient.grpc import model_config_pb2 as mc
+
+from gpuinfra.addons.base import (
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    GPU_TYPE_LABEL,
+    MONITOR_LABELS,
+    AddonRender,
+    AddonSettings,
+    Name,
+    Quantity,
+    Settings,
+    metadata,
+)
+from gpuinfra.errors import UsageError
+from gpuinfra.versions import Versions
+
+NAME = "triton"
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
+MODELS_MOUNT = "/models"
+
+_KINDS = {
+    "gpu": mc.ModelInstanceGroup.KIND_GPU,
+    "cpu": mc.ModelInstanceGroup.KIND_CPU,
+    "auto": mc.ModelInstanceGroup.KIND_AUTO,
+}
+
+
+class DynamicBatching(Settings):
+    preferred_batch_size: list[int] = Field(default_factory=list)
+    max_queue_delay_microseconds: int = Field(default=100, ge=0)
+
+
+class InstanceGroup(Settings):
+    count: int = Field(default=1, ge=1)
+    kind: Literal["gpu", "cpu", "auto"] = "gpu"
+
+
+class VersionPolicy(Settings):
+    """Which model versions Triton serves: the newest N, all, or the listed ones."""
+
+    policy: Literal["latest", "all", "specific"] = "latest"
+    latest: int = Field(default=1, ge=1)
+    versions: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _versions(self) -> VersionPolicy:
+        if self.policy == "specific" and not self.versions:
+            raise ValueError("policy 'specific' needs versions")
+        if self.policy != "specific" and self.versions:
+            raise ValueError("versions apply only to policy 'specific'")
+        return self
+
+
+class TritonModel(Settings):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=128)
+    backend: Literal["onnxruntime", "tensorrt", "pytorch", "tensorflow", "python", "vllm"]
+    max_batch_size: int = Field(default=0, ge=0)
+    dynamic_batching: DynamicBatching | None = None
+    instance_group: InstanceGroup = Field(default_factory=InstanceGroup)
+    version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
+
+    @model_validator(mode="after")
+    def _batching(self) -> TritonModel:
+        if self.dynamic_batching is None:
+            return self
+        if self.max_batch_size == 0:
+            raise ValueError("dynamicBatching needs maxBatchSize above 0")
+        too_big = [b for b in self.dynamic_batching.preferred_batch_size if b > self.max_batch_size]
+        if too_big or any(b < 1 for b in self.dynamic_batching.preferred_batch_size):
+            raise ValueError(
+                f"preferredBatchSize values must lie between 1 and maxBatchSize "
+                f"{self.max_batch_size}"
+            )
+        return self
+
+
+class ModelRepository(Settings):
+    """Where Triton reads models: an S3 URI or an existing PersistentVolumeClaim."""
+
+    s3: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    pvc: Name | None = None
+    # For S3: the AWS region, and a service account bound to an IAM role (IRSA) for access.
+    region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    service_account: Name | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ModelRepository:
+        if (self.s3 is None) == (self.pvc is None):
+            raise ValueError("give exactly one of s3 or pvc")
+        if self.pvc and (self.region or self.service_account):
+            raise ValueError("region and serviceAccount apply only to an s3 repository")
+        return self
+
+
+class TritonSettings(AddonSettings):
+    # Off by default: serving needs a model repository the site provides.
+    enabled: bool = False
+    namespace: str = "triton"
+    model_repository: ModelRepository | None = None
+    models: list[TritonModel] = Field(default_factory=list)
+    gpus_per_replica: int = Field(default=1, ge=1, le=8)
+    gpu_type: Name | None = None
+    cpu: Quantity = "4"
+    memory: Quantity = "16Gi"
+    shm_size: Quantity = "1Gi"
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(default=2, ge=1)
+    # The autoscaler's CPU target: the HTTP/gRPC front end and pre/post-processing load CPU
+    # in step with request rate, and CPU needs no custom-metrics adapter.
+    target_cpu_utilization: int = Field(default=70, ge=10, le=100)
+
+    @model_validator(mode="after")
+    def _check(self) -> TritonSettings:
+        if self.enabled and self.model_repository is None:
+            raise ValueError("modelRepository is required when triton is enabled")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas {self.min_replicas} is greater than maxReplicas {self.max_replicas}"
+            )
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {', '.join(dupes)}")
+        return self
+
+
+def model_config(model: TritonModel) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=model.name, backend=model.backend)
+    config.max_batch_size = model.max_batch_size
+    if model.dynamic_batching is not None:
+        config.dynamic_batching.preferred_batch_size.extend(
+            model.dynamic_batching.preferred_batch_size
+        )
+        config.dynamic_batching.max_queue_delay_microseconds = (
+            model.dynamic_batching.max_queue_delay_microseconds
+        )
+    config.instance_group.add(
+        count=model.instance_group.count, kind=_KINDS[model.instance_group.kind]
+    )
+    policy = model.version_policy
+    if policy.policy == "latest":
+        config.version_policy.latest.num_versions = policy.latest
+    elif policy.policy == "all":
+        config.version_policy.all.SetInParent()
+    else:
+        config.version_policy.specific.versions.extend(sorted(policy.versions))
+    return config
+
+
+def config_pbtxt(model: TritonModel) -> str:
+    return str(text_format.MessageToString(model_config(model)))
+
+
+def _labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": NAME}
+
+
+def _args(repo: ModelRepository) -> list[str]:
+    location = repo.s3 if repo.s3 else MODELS_MOUNT
+    return [
+        "tritonserver",
+        f"--model-repository={location}",
+        "--strict-readiness=true",
+        "--allow-metrics=true",
+        f"--metrics-port={METRICS_PORT}",
+        # Latency summaries give nv_inference_request_summary_us{quantile="0.99"}, which the
+        # P99 latency alert reads; the default counters carry no quantiles.
+        "--metrics-config=summary_latencies=true",
+    ]
+
+
+def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
+    repo = settings.model_repository
+    if repo is None:
+        raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
+    image = f"{versions.triton.source.image}:{versions.triton.tag or versions.triton.version}"
+    health = {"port": "http"}
+    container: dict[str, Any] = {
+        "name": NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": _args(repo),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": {
+            "requests": {"cpu": settings.cpu, "memory": settings.memory},
+            "limits": {GPU_RESOURCE: settings.gpus_per_replica, "memory": settings.memory},
+        },
+        # Loading large models takes minutes: the startup probe holds off liveness until then.
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/live", **health},
+            "periodSeconds": 10,
+            "failureThreshold": 60,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", **health},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", **health},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    # Python backends and ensembles pass tensors through shared memory; the 64 MiB default
+    # makes them fail under load.
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}
+    ]
+    pod: dict[str, Any] = {"tolerations": [GPU_TOLERATION]}
+    if repo.pvc:
+        container["volumeMounts"].append(
+            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}
+        )
+        volumes.append(
+            {"name": "models", "persistentVolumeClaim": {"claimName": repo.pvc, "readOnly": True}}
+        )
+    if repo.region:
+        container["env"] = [{"name": "AWS_DEFAULT_REGION", "value": repo.region}]
+    if repo.service_account:
+        pod["serviceAccountName"] = repo.service_account
+    if settings.gpu_type:
+        pod["nodeSelector"] = {GPU_TYPE_LABEL: settings.gpu_type}
+    pod["containers"] = [container]
+    pod["volumes"] = volumes
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(NAME, settings.namespace, _labels()),
+        # No replicas: the autoscaler owns the count, and re-applying a fixed one would undo it.
+        "spec": {
+            "selector": {"matchLabels": _labels()},
+            "template": {"metadata": {"labels": _labels()}, "spec": pod},
+        },
+    }
+
+
+def service(settings: TritonSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(NAME, settings.namespace, _labels()),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _labels(),
+            "ports": [
+                {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                for name, port in (
+                    ("http", HTTP_PORT),
+                    ("grpc", GRPC_PORT),
+                    ("metrics", METRICS_PORT),
+                )
+            ],
+        },
+    }
+
+
+def autoscaler(settings: TritonSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(NAME, settings.namespace, _labels()),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
+            "minReplicas": settings.min_replicas,
+            "maxReplicas": settings.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": settings.target_cpu_utilization,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def service_monitor(settings: TritonSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata(NAME, settings.namespace, {**_labels(), **MONITOR_LABELS}),
+        "spec": {
+            "selector": {"matchLabels": _labels()},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def render(settings: TritonSettings, versions: Versions) -> AddonRender:
+    return AddonRender(
+        name="triton",
+        release=NAME,
+        namespace=settings.namespace,
+        chart=None,
+        objects=[
+            deployment(settings, versions),
+            service(settings),
+            autoscaler(settings),
+            service_monitor(settings),
+        ],
+        files={
+            f"models/{m.name}/config.pbtxt": config_pbtxt(m)
+            for m in sorted(settings.models, key=lambda m: m.name)
+        },
+    )

@@ -1,0 +1,120 @@
+"""Volcano: gang scheduling and weighted, reclaimable queues for batch training jobs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from gpuinfra.addons.base import (
+    QUANTITY_PATTERN,
+    AddonRender,
+    AddonSettings,
+    Chart,
+    Name,
+    Settings,
+    metadata,
+)
+from gpuinfra.versions import Versions
+
+RELEASE = "volcano"
+QUEUE_API = "scheduling.volcano.sh/v1beta1"
+
+Action = Literal["enqueue", "allocate", "preempt", "reclaim", "backfill"]
+DEFAULT_ACTIONS: tuple[Action, ...] = ("enqueue", "allocate", "reclaim", "backfill")
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
+def check_quantities(resources: dict[str, str | int]) -> dict[str, str | int]:
+    for resource, amount in resources.items():
+        if isinstance(amount, bool) or not _QUANTITY.match(str(amount)):
+            raise ValueError(f"{resource}: '{amount}' is not a resource quantity (e.g. 8, 64Gi)")
+    return resources
+
+
+class VolcanoQueue(Settings):
+    name: Name
+    weight: int = Field(default=1, ge=1, le=65535)
+    # Upper bound per resource (nvidia.com/gpu, cpu, memory); empty means unbounded.
+    capability: dict[str, str | int] = Field(default_factory=dict)
+    # Whether other queues may reclaim resources this queue uses beyond its share.
+    reclaimable: bool = True
+
+    _quantities = field_validator("capability")(check_quantities)
+
+
+class VolcanoSettings(AddonSettings):
+    enabled: bool = False
+    namespace: str = "volcano-system"
+    # "reclaim" is what lets a queue take back its share from reclaimable queues.
+    actions: list[Action] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
+    # Pack GPU pods onto as few nodes as possible, leaving whole nodes free for large jobs.
+    binpack: bool = True
+    queues: list[VolcanoQueue] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> VolcanoSettings:
+        names = [q.name for q in self.queues]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate queue names: {', '.join(dupes)}")
+        if "allocate" not in self.actions:
+            raise ValueError("actions must include 'allocate', or nothing is ever scheduled")
+        return self
+
+
+def scheduler_config(settings: VolcanoSettings) -> str:
+    """volcano-scheduler.conf: the upstream tiers, with binpack optional."""
+    second = [
+        {"name": "overcommit"},
+        {"name": "drf", "enablePreemptable": False},
+        {"name": "predicates"},
+        {"name": "proportion"},
+        {"name": "nodeorder"},
+    ]
+    if settings.binpack:
+        second.append({"name": "binpack"})
+    config = {
+        "actions": ", ".join(settings.actions),
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "priority"},
+                    {"name": "gang", "enablePreemptable": False},
+                    {"name": "conformance"},
+                ]
+            },
+            {"plugins": second},
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def values(settings: VolcanoSettings, versions: Versions) -> dict[str, Any]:
+    return {
+        "basic": {
+            "image_tag_version": f"v{versions.volcano.version.lstrip('v')}",
+            "image_pull_policy": "IfNotPresent",
+        },
+        "custom": {"scheduler_config_override": scheduler_config(settings)},
+    }
+
+
+def queue(q: VolcanoQueue) -> dict[str, Any]:
+    spec: dict[str, Any] = {"weight": q.weight, "reclaimable": q.reclaimable}
+    if q.capability:
+        spec["capability"] = dict(sorted(q.capability.items()))
+    return {"apiVersion": QUEUE_API, "kind": "Queue", "metadata": metadata(q.name), "spec": spec}
+
+
+def render(settings: VolcanoSettings, versions: Versions) -> AddonRender:
+    return AddonRender(
+        name="volcano",
+        release=RELEASE,
+        namespace=settings.namespace,
+        chart=Chart.of(versions.volcano),
+        values=values(settings, versions),
+        objects=[queue(q) for q in sorted(settings.queues, key=lambda q: q.name)],
+    )

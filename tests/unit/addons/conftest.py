@@ -1,0 +1,113 @@
+"""Fixtures for the add-on specs: the setting combinations every schema check runs over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra import addons, schemas
+from gpuinfra.addons import AddonRender, AddonsSettings
+
+# Every combination the schema checks cover: defaults, and each option switched on.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "everything": {
+        "gpuOperator": {
+            "driverMode": "operator",
+            "migStrategy": "mixed",
+            "migProfiles": {"half": {"3g.71gb": 2}, "sevenths": {"1g.18gb": 7}},
+            "migDefaultProfile": "half",
+            "timeSlicingReplicas": 4,
+        },
+        "volcano": {
+            "enabled": True,
+            "actions": ["enqueue", "allocate", "preempt", "reclaim", "backfill"],
+            "binpack": False,
+            "queues": [
+                {"name": "training", "weight": 4, "capability": {"nvidia.com/gpu": 16}},
+                {"name": "research", "reclaimable": False, "capability": {"cpu": "64"}},
+            ],
+        },
+        "kueue": {
+            "cohort": "ml",
+            "flavors": [
+                {"gpuType": "h100", "gpus": 16, "cpu": "192", "memory": "2000Gi"},
+                {
+                    "gpuType": "l4",
+                    "gpus": 8,
+                    "cpu": "96",
+                    "memory": "384Gi",
+                    "gpuBorrowingLimit": 4,
+                },
+            ],
+            "teams": ["vision", "nlp"],
+        },
+        "triton": {
+            "enabled": True,
+            "gpuType": "l4",
+            "modelRepository": {
+                "s3": "s3://models-prod/triton",
+                "region": "eu-west-1",
+                "serviceAccount": "triton-models",
+            },
+            "models": [
+                {
+                    "name": "resnet50",
+                    "backend": "onnxruntime",
+                    "maxBatchSize": 32,
+                    "dynamicBatching": {
+                        "preferredBatchSize": [8, 16],
+                        "maxQueueDelayMicroseconds": 500,
+                    },
+                    "instanceGroup": {"count": 2, "kind": "gpu"},
+                    "versionPolicy": {"policy": "specific", "versions": [3, 1]},
+                },
+                {"name": "tokenizer", "backend": "python", "instanceGroup": {"kind": "cpu"}},
+            ],
+        },
+        "prometheusStack": {
+            "retention": "30d",
+            "retentionSize": "90GB",
+            "storageSize": "100Gi",
+            "storageClass": "gp3",
+            "alertWebhookSecret": "alert-webhooks",
+        },
+    },
+    "time-slicing-single-mig": {
+        "gpuOperator": {"migStrategy": "single", "timeSlicingReplicas": 2},
+        "triton": {
+            "enabled": True,
+            "modelRepository": {"pvc": "models"},
+            "models": [
+                {"name": "llm", "backend": "vllm", "versionPolicy": {"policy": "all"}},
+            ],
+        },
+        "volcano": {"enabled": True},
+        "kueue": {"enabled": False},
+    },
+}
+
+
+def scenario_renders(name: str) -> list[AddonRender]:
+    return addons.render_all(AddonsSettings.model_validate(SCENARIOS[name]))
+
+
+@pytest.fixture(scope="session")
+def upstream(shared: Path) -> Path:
+    return shared / "upstream"
+
+
+@pytest.fixture(scope="session")
+def crds(upstream: Path) -> schemas.CrdSchemas:
+    return schemas.CrdSchemas(schemas.crd_files(upstream))
+
+
+@pytest.fixture(scope="session")
+def chart_values(upstream: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for chart in schemas.FREE_MAPS:
+        out[chart] = yaml.safe_load((upstream / chart / "values.yaml").read_text("utf-8"))
+    return out

@@ -1,0 +1,247 @@
+"""Add-on settings: what stack files and role variables may say, and what each choice renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra import addons, config
+from gpuinfra.addons import ADDONS, AddonsSettings, GpuOperatorSettings
+from gpuinfra.errors import ConfigError, UsageError
+from gpuinfra.site import Host, Site
+from gpuinfra.versions import Versions, pinned
+
+from .conftest import scenario_renders
+
+
+def _values(addon: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    return addons.render(addon, settings).values
+
+
+def test_host_driver_mode_leaves_driver_and_toolkit_to_the_node() -> None:
+    values = _values("gpu_operator")
+    assert values["driver"]["enabled"] is False
+    assert values["toolkit"]["enabled"] is False
+    operator = _values("gpu_operator", {"driver_mode": "operator"})
+    assert operator["driver"]["enabled"] is True
+    assert operator["toolkit"]["enabled"] is True
+
+
+def test_operand_versions_follow_versions_yaml() -> None:
+    pins = pinned()
+    bumped = Versions.model_validate(
+        {
+            **pins.model_dump(exclude_none=True),
+            "gpu_operator": {
+                **pins.gpu_operator.model_dump(exclude_none=True),
+                "operands": {**pins.gpu_operator.operands, "driver": "595.99.01"},
+            },
+        }
+    )
+    values = addons.render("gpu_operator", versions=bumped).values
+    assert values["driver"]["version"] == "595.99.01"
+    assert values["devicePlugin"]["version"] == pins.gpu_operator.operands["device_plugin"]
+    assert values["dcgmExporter"]["version"] == pins.gpu_operator.operands["dcgm_exporter"]
+    chart = addons.render("gpu_operator", versions=bumped).chart
+    assert chart is not None
+    assert chart.version == pins.gpu_operator.version
+
+
+def test_mig_profiles_become_the_mig_manager_config() -> None:
+    values = _values(
+        "gpu_operator",
+        {"mig_strategy": "mixed", "mig_profiles": {"half": {"3g.71gb": 2}}},
+    )
+    assert values["mig"]["strategy"] == "mixed"
+    config_map = values["migManager"]["config"]
+    assert config_map["default"] == "all-disabled"
+    parted = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert parted["mig-configs"]["half"] == [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.71gb": 2}}
+    ]
+    assert _values("gpu_operator")["migManager"]["enabled"] is False
+
+
+def test_time_slicing_shares_each_gpu() -> None:
+    values = _values("gpu_operator", {"timeSlicingReplicas": 4})
+    plugin = values["devicePlugin"]["config"]
+    shared = yaml.safe_load(plugin["data"][plugin["default"]])
+    assert shared["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    assert "config" not in _values("gpu_operator")["devicePlugin"]
+
+
+def test_gpu_daemonsets_tolerate_the_gpu_taint(
+    chart_values: dict[str, dict[str, Any]],
+) -> None:
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert _values("gpu_operator")["daemonsets"]["tolerations"] == [toleration]
+    # Feature discovery must run on GPU nodes too; the spec relies on the chart's default.
+    assert "node-feature-discovery" not in _values("gpu_operator")
+    nfd = chart_values["gpu-operator"]["node-feature-discovery"]["worker"]["tolerations"]
+    assert toleration in nfd
+
+
+def test_kueue_without_flavors_installs_priorities_only() -> None:
+    kinds = {o["kind"] for o in addons.render("kueue").objects}
+    assert kinds == {"WorkloadPriorityClass"}
+
+
+def test_kueue_flavors_select_nodes_by_gpu_type() -> None:
+    (kueue,) = [r for r in scenario_renders("everything") if r.name == "kueue"]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in kueue.objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind["ResourceFlavor"]}
+    assert flavors["h100"]["nodeLabels"] == {"gpuinfra.dev/gpu-type": "h100"}
+    (queue,) = by_kind["ClusterQueue"]
+    assert queue["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert queue["spec"]["cohortName"] == "ml"
+    (group,) = queue["spec"]["resourceGroups"]
+    l4 = next(f for f in group["flavors"] if f["name"] == "l4")
+    gpu = next(r for r in l4["resources"] if r["name"] == "nvidia.com/gpu")
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 8, "borrowingLimit": 4}
+    assert sorted(q["metadata"]["namespace"] for q in by_kind["LocalQueue"]) == ["nlp", "vision"]
+    assert len(by_kind["WorkloadPriorityClass"]) == 3
+
+
+def test_volcano_queues_carry_weight_capability_and_reclaimable() -> None:
+    (volcano,) = [r for r in scenario_renders("everything") if r.name == "volcano"]
+    queues = {q["metadata"]["name"]: q["spec"] for q in volcano.objects}
+    assert queues["training"] == {
+        "weight": 4,
+        "reclaimable": True,
+        "capability": {"nvidia.com/gpu": 16},
+    }
+    assert queues["research"]["reclaimable"] is False
+    conf = yaml.safe_load(volcano.values["custom"]["scheduler_config_override"])
+    assert conf["actions"] == "enqueue, allocate, preempt, reclaim, backfill"
+    assert volcano.values["basic"]["image_tag_version"] == f"v{pinned().volcano.version}"
+
+
+def test_render_all_is_in_install_order_and_skips_disabled() -> None:
+    names = [r.name for r in scenario_renders("everything")]
+    assert names == ["prometheus_stack", "gpu_operator", "volcano", "kueue", "triton"]
+    assert [r.name for r in scenario_renders("defaults")] == [
+        "prometheus_stack",
+        "gpu_operator",
+        "kueue",
+    ]
+    assert set(ADDONS) == set(AddonsSettings.model_fields)
+
+
+def test_rendering_is_deterministic() -> None:
+    assert scenario_renders("everything") == scenario_renders("everything")
+
+
+def test_camel_and_snake_case_are_both_accepted() -> None:
+    camel = AddonsSettings.model_validate({"gpuOperator": {"migStrategy": "single"}})
+    snake = AddonsSettings.model_validate({"gpu_operator": {"mig_strategy": "single"}})
+    assert camel == snake
+    assert camel.gpu_operator.mig_strategy == "single"
+
+
+def test_stack_file_mistakes_name_the_key_as_written() -> None:
+    document = {"config": {"gpuinfra:addons": {"gpuOperator": {"migStrategy": "singel"}}}}
+    with pytest.raises(ConfigError) as caught:
+        config.parse_stack(document, "stacks/Pulumi.dev.yaml")
+    problems = [p for p in caught.value.problems if "addons" in p.path]
+    assert [str(p) for p in problems] == [
+        "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.gpuOperator.migStrategy: 'singel' is "
+        "not allowed; did you mean 'single'? (allowed: 'mixed', 'none' or 'single')"
+    ]
+
+
+def test_role_variables_map_onto_settings() -> None:
+    settings = addons.settings_from_role_vars(
+        "gpu_operator",
+        {"gpu_operator_mig_strategy": "mixed", "gpu_operator_driver_mode": "operator", "x": 1},
+    )
+    assert settings == GpuOperatorSettings(mig_strategy="mixed", driver_mode="operator")
+
+
+def test_a_misspelled_role_variable_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_role_vars(
+            "volcano", {"volcano_queus": []}, file="inventory/site/group_vars/all.yml"
+        )
+    assert caught.value.lines() == [
+        "inventory/site/group_vars/all.yml: volcano_queus: unknown variable of role 'volcano'; "
+        "did you mean 'volcano_queues'?"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("addon", "settings", "path", "message"),
+    [
+        ("gpu_operator", {"migProfiles": {"a": {"1g.10gb": 1}}}, "", "migProfiles need"),
+        (
+            "gpu_operator",
+            {"migStrategy": "single", "migProfiles": {"a": {"big": 1}}},
+            "migProfiles",
+            "'big' in 'a' is not a MIG profile",
+        ),
+        (
+            "gpu_operator",
+            {"timeSlicingReplicas": 0},
+            "timeSlicingReplicas",
+            "input should be greater than or equal to 1",
+        ),
+        (
+            "volcano",
+            {"queues": [{"name": "a", "capability": {"cpu": "lots"}}]},
+            "queues[0].capability",
+            "cpu: 'lots' is not a resource quantity",
+        ),
+        ("kueue", {"teams": ["ml"]}, "", "teams need at least one flavor"),
+        ("prometheus_stack", {"retention": "forever"}, "retention", "string should match pattern"),
+    ],
+)
+def test_bad_settings(addon: str, settings: dict[str, Any], path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        addons.render(addon, settings, file="f.yaml")
+    (problem,) = caught.value.problems
+    assert (problem.path, problem.message[: len(message)]) == (path, message)
+
+
+def test_an_unknown_addon_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="did you mean 'kueue'"):
+        addons.render("kueu")
+
+
+def _site(*hosts: tuple[str, dict[str, Any], str]) -> Site:
+    return Site(
+        name="lab",
+        path=Path("inventory/lab"),
+        hosts={
+            name: Host(name=name, vars=variables, origin=dict.fromkeys(variables, origin))
+            for name, variables, origin in hosts
+        },
+        groups={},
+    )
+
+
+def test_site_settings_come_from_role_variables() -> None:
+    site = _site(
+        ("gpu1", {"kueue_cohort": "ml", "volcano_enabled": True}, "group_vars/all.yml"),
+        ("gpu2", {"kueue_cohort": "ml", "volcano_enabled": True}, "group_vars/all.yml"),
+    )
+    settings = addons.settings_from_site(site)
+    assert settings.kueue.cohort == "ml"
+    assert settings.volcano.enabled is True
+
+
+def test_site_settings_that_differ_between_hosts_are_refused() -> None:
+    site = _site(
+        ("gpu1", {"gpu_operator_mig_strategy": "single"}, "group_vars/all.yml"),
+        ("gpu2", {"gpu_operator_mig_strategy": "mixed"}, "host_vars/gpu2.yml"),
+    )
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_site(site)
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.path) == ("host_vars/gpu2.yml", "gpu_operator_mig_strategy")
+    assert problem.message.startswith("differs from group_vars/all.yml (host gpu2)")

@@ -1,0 +1,151 @@
+"""Triton: model configs Triton parses, and a Deployment that serves them."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from gpuinfra import addons
+from gpuinfra.errors import ConfigError, UsageError
+from gpuinfra.versions import pinned
+
+from .conftest import SCENARIOS, scenario_renders
+
+
+def _triton(scenario: str) -> addons.AddonRender:
+    (render,) = [r for r in scenario_renders(scenario) if r.name == "triton"]
+    return render
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "triton" in SCENARIOS[s]])
+def test_every_config_pbtxt_parses_into_model_config(scenario: str) -> None:
+    render = _triton(scenario)
+    models = SCENARIOS[scenario]["triton"]["models"]
+    assert sorted(render.files) == sorted(f"models/{m['name']}/config.pbtxt" for m in models)
+    for text in render.files.values():
+        text_format.Parse(text, mc.ModelConfig())
+
+
+def test_config_pbtxt_carries_the_settings() -> None:
+    config = text_format.Parse(
+        _triton("everything").files["models/resnet50/config.pbtxt"], mc.ModelConfig()
+    )
+    assert config.name == "resnet50"
+    assert config.backend == "onnxruntime"
+    assert config.max_batch_size == 32
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    (group,) = config.instance_group
+    assert (group.count, group.kind) == (2, mc.ModelInstanceGroup.KIND_GPU)
+    assert list(config.version_policy.specific.versions) == [1, 3]
+
+
+def test_version_policies() -> None:
+    all_versions = text_format.Parse(
+        _triton("time-slicing-single-mig").files["models/llm/config.pbtxt"], mc.ModelConfig()
+    )
+    assert all_versions.version_policy.WhichOneof("policy_choice") == "all"
+    tokenizer = text_format.Parse(
+        _triton("everything").files["models/tokenizer/config.pbtxt"], mc.ModelConfig()
+    )
+    assert tokenizer.version_policy.latest.num_versions == 1
+    assert not tokenizer.HasField("dynamic_batching")
+    assert tokenizer.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_deployment_runs_the_pinned_image_on_gpu_nodes() -> None:
+    deployment = _triton("everything").objects[0]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    triton = pinned().triton
+    assert container["image"] == f"{triton.source.image}:{triton.tag}"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert "--model-repository=s3://models-prod/triton" in container["args"]
+    assert {"name": "AWS_DEFAULT_REGION", "value": "eu-west-1"} in container["env"]
+    assert pod["serviceAccountName"] == "triton-models"
+    assert pod["nodeSelector"] == {"gpuinfra.dev/gpu-type": "l4"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+
+
+def test_a_pvc_repository_is_mounted_read_only() -> None:
+    pod = _triton("time-slicing-single-mig").objects[0]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--model-repository=/models" in container["args"]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert volume["persistentVolumeClaim"]["claimName"] == "models"
+
+
+def test_metrics_port_is_scraped() -> None:
+    kinds = {o["kind"]: o for o in _triton("everything").objects}
+    ports = {p["name"]: p["port"] for p in kinds["Service"]["spec"]["ports"]}
+    assert ports["metrics"] == 8002
+    assert kinds["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
+    assert kinds["HorizontalPodAutoscaler"]["apiVersion"] == "autoscaling/v2"
+
+
+@pytest.mark.parametrize(
+    ("settings", "path", "message"),
+    [
+        (
+            {"enabled": True},
+            "",
+            "modelRepository is required when triton is enabled",
+        ),
+        (
+            {"modelRepository": {"s3": "s3://models/m", "pvc": "models"}},
+            "modelRepository",
+            "give exactly one of s3 or pvc",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "backend": "onnxruntime",
+                        "maxBatchSize": 8,
+                        "dynamicBatching": {"preferredBatchSize": [16]},
+                    }
+                ]
+            },
+            "models[0]",
+            "preferredBatchSize values must lie between 1 and maxBatchSize 8",
+        ),
+        (
+            {"models": [{"name": "m", "backend": "onnx"}]},
+            "models[0].backend",
+            "'onnx' is not allowed",
+        ),
+    ],
+)
+def test_bad_settings_name_the_key(settings: dict[str, object], path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        addons.render("triton", settings, file="stacks/Pulumi.dev.yaml")
+    (problem,) = caught.value.problems
+    assert problem.file == "stacks/Pulumi.dev.yaml"
+    assert problem.path == path
+    assert problem.message.startswith(message)
+
+
+def test_rendering_without_a_model_repository_says_what_is_missing() -> None:
+    with pytest.raises(UsageError, match="set modelRepository"):
+        addons.render("triton")
+
+
+def test_the_autoscaler_owns_the_replica_count() -> None:
+    settings = {
+        "enabled": True,
+        "modelRepository": {"pvc": "models"},
+        "minReplicas": 2,
+        "maxReplicas": 6,
+    }
+    kinds = {o["kind"]: o for o in addons.render("triton", settings).objects}
+    assert "replicas" not in kinds["Deployment"]["spec"]
+    hpa = kinds["HorizontalPodAutoscaler"]["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 6)
+    assert hpa["scaleTargetRef"]["name"] == kinds["Deployment"]["metadata"]["name"]

@@ -1,0 +1,161 @@
+"""The add-on roles' variables are the add-on specs' settings, no more, no less.
+
+A role variable that is not a settings field would be silently ignored by the render; a field
+without a role variable could not be set from an inventory; a role default that differs from
+the settings default would change what a bare-metal site gets compared with a cloud stack.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from gpuinfra import addons
+from gpuinfra.site import check_vars, role_specs
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+# Connection settings every add-on role reads; they belong to no add-on's settings.
+SHARED = {"gpuinfra_kubeconfig", "gpuinfra_helm_timeout", "gpuinfra_chart_cache_dir"}
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _options(addon: str) -> dict[str, dict[str, Any]]:
+    spec = _yaml(ROLES / addon / "meta" / "argument_specs.yml")
+    options: dict[str, dict[str, Any]] = spec["argument_specs"]["main"]["options"]
+    return options
+
+
+def _defaults(addon: str) -> dict[str, Any]:
+    return _yaml(ROLES / addon / "defaults" / "main.yml") or {}
+
+
+def _expected_spec(annotation: Any) -> dict[str, Any]:
+    """The argument_specs type (and choices) a settings field's annotation calls for."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in args if a is not type(None)]
+        return _expected_spec(inner)
+    if origin is typing.Annotated:
+        return _expected_spec(args[0])
+    if origin is typing.Literal:
+        return {"type": "str", "choices": list(args)}
+    if origin is list:
+        element = _expected_spec(args[0])
+        return {"type": "list", "elements": element["type"]} | (
+            {"choices": element["choices"]} if "choices" in element else {}
+        )
+    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return {"type": "dict"}
+    return {"type": {bool: "bool", int: "int", str: "str", float: "float"}[annotation]}
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_role_variables_are_exactly_the_settings_fields(addon: str) -> None:
+    options = _options(addon)
+    role_vars = {name for name in options if name.startswith(f"{addon}_")}
+    fields = {f"{addon}_{name}" for name in addons.settings_model(addon).model_fields}
+    assert role_vars - fields == set(), "role variables the spec does not know"
+    assert fields - role_vars == set(), "settings fields the role does not declare"
+    assert set(options) - role_vars <= SHARED, "variables outside the role's prefix"
+    assert "gpuinfra_kubeconfig" in options
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_argument_types_and_choices_follow_the_settings_model(addon: str) -> None:
+    options = _options(addon)
+    for name, field in addons.settings_model(addon).model_fields.items():
+        option = options[f"{addon}_{name}"]
+        declared = {k: option[k] for k in ("type", "elements", "choices") if k in option}
+        assert declared == _expected_spec(field.annotation), f"{addon}_{name}"
+        assert option.get("description"), f"{addon}_{name} has no description"
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_defaults_agree_with_argument_specs(addon: str) -> None:
+    options, defaults = _options(addon), _defaults(addon)
+    assert set(defaults) == {name for name in options if name.startswith(f"{addon}_")}
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_role_defaults_give_the_specs_default_settings(addon: str) -> None:
+    from_role = addons.settings_from_role_vars(addon, _defaults(addon))
+    assert from_role == addons.settings_model(addon)()
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_site_check_types_role_variables_from_the_specs(addon: str) -> None:
+    """A misspelt or mistyped add-on variable in an inventory is caught by the site check."""
+    variables = {f"{addon}_enabeld": True, f"{addon}_namespace": 7}
+    problems = {p.path: p.message for p in check_vars(variables, "group_vars/all.yml", ROLES)}
+    assert "did you mean" in problems[f"{addon}_enabeld"]
+    assert f"{addon}_enabled" in problems[f"{addon}_enabeld"]
+    assert problems[f"{addon}_namespace"].startswith("expected str")
+    assert addon in role_specs(ROLES)
+
+
+def test_example_inventory_sets_only_known_add_on_variables() -> None:
+    folder = ROOT / "inventory" / "example" / "group_vars" / "all"
+    for addon in addons.ADDONS:
+        path = folder / f"{addon}.yml"
+        variables = _yaml(path)
+        assert check_vars(variables, str(path), ROLES) == []
+        # The example is a working site: its settings render.
+        settings = addons.settings_from_role_vars(addon, variables, file=str(path))
+        if settings.enabled:
+            assert addons.render(addon, settings).namespace == settings.namespace
+
+
+def test_playbook_applies_the_add_ons_in_the_specs_install_order() -> None:
+    (play,) = _yaml(ROOT / "playbooks" / "addons.yml")
+    assert tuple(role["role"] for role in play["roles"]) == addons.ADDONS
+    (check,) = play["pre_tasks"]
+    assert tuple(check["vars"]["_addons_install_order"]) == addons.ADDONS
+
+
+def _effective(values: dict[str, Any], chart_defaults: dict[str, Any], path: str) -> Any:
+    """A chart value as Helm sees it: the render's value, else the chart's default."""
+    for source in (values, chart_defaults):
+        node: Any = source
+        for key in path.split("."):
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            return node
+    raise KeyError(path)
+
+
+def test_gpu_operator_upgrades_its_crds_with_the_chart(shared: Path) -> None:
+    """Helm never upgrades crds/; the GPU Operator's pre-upgrade hook must stay on."""
+    render = addons.render("gpu_operator")
+    chart_defaults = _yaml(shared / "upstream" / "gpu-operator" / "values.yaml")
+    assert _effective(render.values, chart_defaults, "operator.upgradeCRD") is True
+
+
+def test_prometheus_stack_applies_the_pulled_charts_crds_before_helm() -> None:
+    """kube-prometheus-stack's CRDs sit in a crds/ directory Helm never upgrades."""
+    tasks = ROLES / "prometheus_stack" / "tasks"
+    main = [
+        t["ansible.builtin.import_tasks"]
+        for t in _yaml(tasks / "main.yml")
+        if "ansible.builtin.import_tasks" in t
+    ]
+    assert main.index("crds.yml") < main.index("install.yml")
+    crds = {t["name"]: t for t in _yaml(tasks / "crds.yml")}
+    apply = next(t["kubernetes.core.k8s"] for t in crds.values() if "kubernetes.core.k8s" in t)
+    assert apply["apply"] is True
+    assert apply["server_side_apply"]["force_conflicts"] is True
+    (install,) = _yaml(tasks / "install.yml")
+    assert install["kubernetes.core.helm"]["skip_crds"] is True
