@@ -25,6 +25,11 @@ NAMESPACE = "gpuinfra"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 # Node labels under this prefix are the contract with Kueue's ResourceFlavors.
 RESERVED_LABEL_PREFIX = "gpuinfra.dev/"
+POOL_LABEL = "gpuinfra.dev/pool"
+# The CPU node group for controllers carries this pool label; GPU pools may not take the name.
+SYSTEM_POOL = "system"
+# x86 general-purpose, compute and memory families the standard EKS AMI runs on.
+SYSTEM_INSTANCE_FAMILIES = ("m6i", "m7i", "c6i", "c7i", "r6i", "r7i")
 
 
 class Model(BaseModel):
@@ -94,6 +99,16 @@ class ClusterConfig(CamelModel):
     admin_role_arn: str | None = Field(
         default=None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"
     )
+    system_instance_type: str = "m7i.large"
+    system_node_count: int = Field(default=2, ge=1, le=10)
+
+    @field_validator("system_instance_type")
+    @classmethod
+    def _system_type(cls, value: str) -> str:
+        problem = system_type_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("public_access_cidrs")
     @classmethod
@@ -131,6 +146,8 @@ class NodePoolConfig(CamelModel):
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError(f"'{value}' must be lowercase letters, digits and '-' (2-40 chars)")
+        if value == SYSTEM_POOL:
+            raise ValueError(f"'{SYSTEM_POOL}' names the CPU node group gpuinfra adds itself")
         return value
 
     @field_validator("instance_type")
@@ -203,6 +220,14 @@ def instance_type_problem(instance_type: str) -> str | None:
     if instance_type in known:
         return None
     return f"unknown GPU instance type '{instance_type}'{did_you_mean(instance_type, known)}"
+
+
+def system_type_problem(instance_type: str) -> str | None:
+    family, _, size = instance_type.partition(".")
+    if family in SYSTEM_INSTANCE_FAMILIES and size:
+        return None
+    families = ", ".join(f"{f}.*" for f in SYSTEM_INSTANCE_FAMILIES)
+    return f"'{instance_type}' is not a system node type (allowed: {families})"
 
 
 def zone_problem(region: str, zone: str) -> str | None:
@@ -349,6 +374,16 @@ def default_subnets(cidr: str, zones: int) -> tuple[list[str], list[str]]:
 
 def stack_findings(cfg: StackConfig) -> list[Finding]:
     """Checks that span keys (zones against the region, subnets against each other)."""
+    found = _stack_findings(cfg)
+    if catalog.availability_zones(cfg.region) is not None:
+        return found
+    # An unknown region makes every zone "wrong"; say it once, at the region.
+    bad_region = zone_problem(cfg.region, "")
+    assert bad_region is not None
+    return [(("region",), bad_region), *(f for f in found if f[1] != bad_region)]
+
+
+def _stack_findings(cfg: StackConfig) -> list[Finding]:
     private, public = default_subnets(cfg.network.cidr, len(cfg.network.availability_zones))
     found = [
         (("network", *path), message)

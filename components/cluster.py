@@ -1,0 +1,410 @@
+"""GpuCluster: the EKS control plane, the node role, pod identities and the EBS StorageClass.
+
+The control plane runs the pinned Kubernetes version with its secrets encrypted by a
+customer-managed key and its endpoint reachable only from the configured CIDRs. The node role
+holds only what a node needs (join, pull images, pod networking); workloads that touch S3 or
+FSx get their own role through EKS Pod Identity, never through the node.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.validation import raise_findings, require_tags
+from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem
+
+_MANAGED = "arn:aws:iam::aws:policy/"
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonEKS_CNI_Policy",
+)
+CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+
+
+@dataclass
+class ServiceAccountRef:
+    namespace: str
+    name: str
+
+
+@dataclass
+class GpuClusterArgs:
+    kubernetes_version: str
+    subnet_ids: Sequence[pulumi.Input[str]]
+    node_security_group_id: pulumi.Input[str]
+    tags: dict[str, str]
+    model_bucket_arn: pulumi.Input[str]
+    model_kms_key_arn: pulumi.Input[str]
+    endpoint_public_access: bool = False
+    public_access_cidrs: list[str] = field(default_factory=list)
+    admin_role_arn: str | None = None
+    fsx_csi_driver: bool = False
+    ebs_volume_type: str = "gp3"
+    # Service accounts that read the model repository (Triton's), through Pod Identity.
+    model_readers: list[ServiceAccountRef] = field(default_factory=list)
+    # The EKS cluster's name; Pulumi picks a unique one when None.
+    eks_name: str | None = None
+    # CPU nodes for the controllers (add-on operators, Prometheus, Kueue): GPU nodes are tainted.
+    system_instance_type: str = "m7i.large"
+    system_node_count: int = 2
+    # The EKS AMI release (versions.yaml eks_gpu_ami: GPU and standard AMIs share releases).
+    ami_release_version: str | None = None
+
+
+class GpuCluster(pulumi.ComponentResource):
+    cluster_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    node_role_arn: pulumi.Output[str]
+    cluster_security_group_id: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(
+        self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        raise_findings("GpuCluster", name, _findings(args))
+        super().__init__("gpuinfra:cluster:GpuCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+
+        cluster_role = aws.iam.Role(
+            f"{name}-cluster",
+            assume_role_policy=_trust("eks.amazonaws.com"),
+            tags=tags,
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-cluster-policy",
+            role=cluster_role.name,
+            policy_arn=_MANAGED + "AmazonEKSClusterPolicy",
+            opts=child,
+        )
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"{name}: Kubernetes secrets encryption",
+            enable_key_rotation=True,
+            tags=tags,
+            opts=child,
+        )
+        vpc_config = aws.eks.ClusterVpcConfigArgs(
+            subnet_ids=args.subnet_ids,
+            security_group_ids=[args.node_security_group_id],
+            endpoint_private_access=True,
+            endpoint_public_access=args.endpoint_public_access,
+            public_access_cidrs=args.public_access_cidrs if args.endpoint_public_access else None,
+        )
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=args.eks_name,
+            version=args.kubernetes_version,
+            role_arn=cluster_role.arn,
+            vpc_config=vpc_config,
+            # Access entries only (no aws-auth ConfigMap). The identity running Pulumi keeps
+            # admin rights: it installs the add-ons through the Kubernetes provider.
+            access_config={
+                "authentication_mode": "API",
+                "bootstrap_cluster_creator_admin_permissions": True,
+            },
+            encryption_config={"provider": {"key_arn": secrets_key.arn}, "resources": ["secrets"]},
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOGS),
+            upgrade_policy={"support_type": "STANDARD"},
+            tags=tags,
+            opts=child,
+        )
+
+        node_role = aws.iam.Role(
+            f"{name}-node", assume_role_policy=_trust("ec2.amazonaws.com"), tags=tags, opts=child
+        )
+        attached = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=node_role.name,
+                policy_arn=_MANAGED + policy,
+                opts=child,
+            )
+            for policy in NODE_POLICIES
+        ]
+
+        self._system_nodes(name, args, cluster, node_role, attached, tags)
+
+        if args.admin_role_arn:
+            admin = aws.eks.AccessEntry(
+                f"{name}-admin",
+                cluster_name=cluster.name,
+                principal_arn=args.admin_role_arn,
+                type="STANDARD",
+                tags=tags,
+                opts=child,
+            )
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-policy",
+                cluster_name=cluster.name,
+                principal_arn=args.admin_role_arn,
+                policy_arn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+                access_scope={"type": "cluster"},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[admin]),
+            )
+
+        # EKS add-on versions are left to EKS's default for the pinned Kubernetes version.
+        pod_identity = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=cluster.name,
+            addon_name="eks-pod-identity-agent",
+            tags=tags,
+            opts=child,
+        )
+        after_agent = pulumi.ResourceOptions(parent=self, depends_on=[pod_identity])
+        ebs_role = self._pod_role(
+            f"{name}-ebs-csi", tags, managed=["service-role/AmazonEBSCSIDriverPolicy"]
+        )
+        ebs = aws.eks.Addon(
+            f"{name}-ebs-csi",
+            cluster_name=cluster.name,
+            addon_name="aws-ebs-csi-driver",
+            pod_identity_associations=[
+                {"role_arn": ebs_role.arn, "service_account": "ebs-csi-controller-sa"}
+            ],
+            tags=tags,
+            opts=after_agent,
+        )
+        read_models = pulumi.Output.all(args.model_bucket_arn, args.model_kms_key_arn).apply(
+            lambda arns: _read_bucket_policy(arns[0], arns[1])
+        )
+        s3_role = self._pod_role(f"{name}-s3-csi", tags, inline=read_models)
+        aws.eks.Addon(
+            f"{name}-s3-csi",
+            cluster_name=cluster.name,
+            addon_name="aws-mountpoint-s3-csi-driver",
+            pod_identity_associations=[
+                {"role_arn": s3_role.arn, "service_account": "s3-csi-driver-sa"}
+            ],
+            tags=tags,
+            opts=after_agent,
+        )
+        if args.fsx_csi_driver:
+            # The file system is made here, not by the driver: static volumes need no AWS role.
+            aws.eks.Addon(
+                f"{name}-fsx-csi",
+                cluster_name=cluster.name,
+                addon_name="aws-fsx-csi-driver",
+                tags=tags,
+                opts=after_agent,
+            )
+        if args.model_readers:
+            reader_role = self._pod_role(f"{name}-model-reader", tags, inline=read_models)
+            for ref in args.model_readers:
+                aws.eks.PodIdentityAssociation(
+                    f"{name}-model-reader-{ref.namespace}-{ref.name}",
+                    cluster_name=cluster.name,
+                    namespace=ref.namespace,
+                    service_account=ref.name,
+                    role_arn=reader_role.arn,
+                    tags=tags,
+                    opts=after_agent,
+                )
+
+        kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority).apply(
+                lambda parts: _kubeconfig(parts[0], parts[1], parts[2]["data"])
+            )
+        )
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=kubeconfig,
+            opts=child,
+        )
+        k8s.storage.v1.StorageClass(
+            f"{name}-{args.ebs_volume_type}",
+            metadata={
+                "name": f"{args.ebs_volume_type}-encrypted",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            provisioner="ebs.csi.aws.com",
+            parameters={"type": args.ebs_volume_type, "encrypted": "true"},
+            volume_binding_mode="WaitForFirstConsumer",
+            allow_volume_expansion=True,
+            reclaim_policy="Delete",
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[ebs]),
+        )
+
+        self.cluster_name = cluster.name
+        self.endpoint = cluster.endpoint
+        self.node_role_arn = node_role.arn
+        self.cluster_security_group_id = cluster.vpc_config.cluster_security_group_id
+        self.kubeconfig = kubeconfig
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "endpoint": self.endpoint,
+                "node_role_arn": self.node_role_arn,
+                "kubeconfig": self.kubeconfig,
+            }
+        )
+
+    def _system_nodes(
+        self,
+        name: str,
+        args: GpuClusterArgs,
+        cluster: aws.eks.Cluster,
+        node_role: aws.iam.Role,
+        attached: list[aws.iam.RolePolicyAttachment],
+        tags: dict[str, str],
+    ) -> None:
+        system_tags = {**tags, POOL_LABEL: SYSTEM_POOL}
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"{name}: system nodes",
+            update_default_version=True,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=80, volume_type="gp3", encrypted="true"
+                    ),
+                )
+            ],
+            vpc_security_group_ids=[
+                args.node_security_group_id,
+                cluster.vpc_config.cluster_security_group_id,
+            ],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=system_tags)
+                for kind in ("instance", "volume")
+            ],
+            tags=system_tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        count = args.system_node_count
+        aws.eks.NodeGroup(
+            f"{name}-system-ng",
+            cluster_name=cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=args.subnet_ids,
+            instance_types=[args.system_instance_type],
+            ami_type="AL2023_x86_64_STANDARD",
+            release_version=args.ami_release_version,
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=count, max_size=count, desired_size=count
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)
+            ),
+            labels={POOL_LABEL: SYSTEM_POOL},
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            tags=system_tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(attached)),
+        )
+
+    def _pod_role(
+        self,
+        name: str,
+        tags: dict[str, str],
+        *,
+        managed: list[str] | None = None,
+        inline: pulumi.Input[str] | None = None,
+    ) -> aws.iam.Role:
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=_trust("pods.eks.amazonaws.com", tag_session=True),
+            tags=tags,
+            opts=child,
+        )
+        for policy in managed or []:
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{policy.rsplit('/', 1)[-1]}",
+                role=role.name,
+                policy_arn=_MANAGED + policy,
+                opts=child,
+            )
+        if inline is not None:
+            aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=inline, opts=child)
+        return role
+
+
+def _findings(args: GpuClusterArgs) -> list[Finding]:
+    found = require_tags(args.tags)
+    if args.endpoint_public_access and not args.public_access_cidrs:
+        found.append(
+            (("public_access_cidrs",), "a public endpoint needs the CIDRs allowed to reach it")
+        )
+    for i, cidr in enumerate(args.public_access_cidrs):
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            found.append((("public_access_cidrs", i), f"'{cidr}' is not a CIDR block ({exc})"))
+            continue
+        if net.prefixlen == 0:
+            found.append(
+                (("public_access_cidrs", i), f"'{cidr}' opens the endpoint to the internet")
+            )
+    system = system_type_problem(args.system_instance_type)
+    if system:
+        found.append((("system_instance_type",), system))
+    if not 1 <= args.system_node_count <= 10:
+        found.append((("system_node_count",), "the system node group takes 1 to 10 nodes"))
+    if args.ebs_volume_type not in ("gp3", "io2"):
+        found.append((("ebs_volume_type",), f"'{args.ebs_volume_type}': allowed 'gp3' or 'io2'"))
+    return found
+
+
+def _trust(service: str, *, tag_session: bool = False) -> str:
+    actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+            ],
+        }
+    )
+
+
+def _read_bucket_policy(bucket_arn: str, key_arn: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn},
+                {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": f"{bucket_arn}/*"},
+                {"Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": key_arn},
+            ],
+        }
+    )
+
+
+def _kubeconfig(cluster: str, endpoint: str, ca: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster, "cluster": {"server": endpoint, "certificate-authority-data": ca}}
+            ],
+            "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+            "current-context": cluster,
+            "users": [
+                {
+                    "name": cluster,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": ["eks", "get-token", "--cluster-name", cluster],
+                        }
+                    },
+                }
+            ],
+        }
+    )

@@ -1,0 +1,231 @@
+"""GpuNodePool: an EKS managed node group of one GPU instance type, with its launch template.
+
+The managed node group brings EKS's GPU AMI (pinned by release version outside dev), rolling
+updates and node draining. The launch template carries what a node group alone cannot: IMDSv2
+required, an encrypted root volume sized for container images, one EFA interface per network
+card of the instance type, a cluster placement group and a capacity reservation target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.validation import raise_findings, require_tags
+from gpuinfra import catalog
+from gpuinfra.addons.base import GPU_TAINT, GPU_TYPE_LABEL
+from gpuinfra.config import POOL_LABEL, Finding, node_pool_findings
+
+# The EKS API spells taint effects in upper snake case (NoSchedule -> NO_SCHEDULE).
+EKS_GPU_TAINT = {
+    "key": GPU_TAINT["key"],
+    "value": GPU_TAINT["value"],
+    "effect": re.sub(r"(?<!^)(?=[A-Z])", "_", GPU_TAINT["effect"]).upper(),
+}
+
+_CAPACITY_TYPES = {
+    "on-demand": "ON_DEMAND",
+    "spot": "SPOT",
+    "capacity-reservation": "ON_DEMAND",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+
+
+@dataclass
+class GpuNodePoolArgs:
+    cluster_name: pulumi.Input[str]
+    node_role_arn: pulumi.Input[str]
+    region: str
+    instance_type: str
+    # Zone name -> private subnet id; a pool with an explicit zone uses that zone's subnet only.
+    subnet_by_zone: Mapping[str, pulumi.Input[str]]
+    security_group_ids: Sequence[pulumi.Input[str]]
+    tags: dict[str, str]
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+    # The EKS GPU AMI release (versions.yaml eks_gpu_ami); None follows EKS's latest (dev only).
+    ami_release_version: str | None = None
+    capacity_type: str = "on-demand"
+    min_size: int = 0
+    max_size: int = 1
+    desired_size: int = 0
+    availability_zone: str | None = None
+    efa: bool = False
+    root_volume_gib: int = 200
+    capacity_reservation_id: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    # The pool's name in the stack file, for the pool label; the component's name when None.
+    pool_name: str | None = None
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    node_group_name: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+    placement_group_name: pulumi.Output[str] | None
+    labels: dict[str, str]
+
+    def __init__(
+        self,
+        name: str,
+        args: GpuNodePoolArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        raise_findings("GpuNodePool", name, _findings(args))
+        spec = catalog.instance_types()[args.instance_type]
+        super().__init__("gpuinfra:node_pool:GpuNodePool", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        pool = args.pool_name or name
+        tags = {**args.tags, POOL_LABEL: pool}
+        self.labels = {**args.labels, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: pool}
+
+        placement: aws.ec2.LaunchTemplatePlacementArgs | None = None
+        self.placement_group_name = None
+        if args.efa:
+            group = aws.ec2.PlacementGroup(
+                f"{name}-placement", strategy="cluster", tags=tags, opts=child
+            )
+            self.placement_group_name = group.name
+            placement = aws.ec2.LaunchTemplatePlacementArgs(
+                group_name=group.name, availability_zone=args.availability_zone
+            )
+
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"{name}: {args.instance_type} GPU nodes",
+            update_default_version=True,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                # One hop: pods get AWS credentials through Pod Identity, so they need not (and
+                # cannot) borrow the node role from the instance metadata service.
+                http_put_response_hop_limit=1,
+                instance_metadata_tags="disabled",
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            # With EFA the security groups go on each interface; the two may not be mixed.
+            vpc_security_group_ids=None if args.efa else args.security_group_ids,
+            network_interfaces=(
+                _efa_interfaces(spec.efa_interfaces, args.security_group_ids) if args.efa else None
+            ),
+            placement=placement,
+            capacity_reservation_specification=_reservation(args),
+            instance_market_options=_market(args),
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=tags,
+            opts=child,
+        )
+
+        zones = [args.availability_zone] if args.availability_zone else sorted(args.subnet_by_zone)
+        node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=args.cluster_name,
+            node_role_arn=args.node_role_arn,
+            subnet_ids=[args.subnet_by_zone[z] for z in zones],
+            instance_types=[args.instance_type],
+            ami_type=args.ami_type,
+            release_version=args.ami_release_version,
+            capacity_type=_CAPACITY_TYPES[args.capacity_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=args.min_size, max_size=args.max_size, desired_size=args.desired_size
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)
+            ),
+            labels=self.labels,
+            taints=[aws.eks.NodeGroupTaintArgs(**EKS_GPU_TAINT)],
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            tags=tags,
+            # The cluster autoscaler owns the current size once the pool exists.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+        )
+
+        self.node_group_name = node_group.node_group_name
+        self.launch_template_id = template.id
+        self.register_outputs(
+            {
+                "node_group_name": self.node_group_name,
+                "launch_template_id": self.launch_template_id,
+                "labels": self.labels,
+            }
+        )
+
+
+def _findings(args: GpuNodePoolArgs) -> list[Finding]:
+    found = require_tags(args.tags)
+    found += node_pool_findings(
+        region=args.region,
+        instance_type=args.instance_type,
+        capacity_type=args.capacity_type,
+        min_size=args.min_size,
+        max_size=args.max_size,
+        desired_size=args.desired_size,
+        availability_zone=args.availability_zone,
+        efa=args.efa,
+        capacity_reservation_id=args.capacity_reservation_id,
+        labels=args.labels,
+    )
+    if args.capacity_type not in _CAPACITY_TYPES:
+        found.append(
+            (("capacity_type",), f"'{args.capacity_type}': allowed {', '.join(_CAPACITY_TYPES)}")
+        )
+    if args.availability_zone and args.availability_zone not in args.subnet_by_zone:
+        found.append(
+            (
+                ("availability_zone",),
+                f"'{args.availability_zone}' has no private subnet in the network "
+                f"(zones: {', '.join(sorted(args.subnet_by_zone))})",
+            )
+        )
+    if not 50 <= args.root_volume_gib <= 16384:
+        found.append((("root_volume_gib",), "the root volume takes 50 to 16384 GiB"))
+    return found
+
+
+def _efa_interfaces(
+    count: int, security_groups: Sequence[pulumi.Input[str]]
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One EFA interface per network card: card 0 is the primary (device 0), the rest device 1."""
+    return [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card,
+            device_index=0 if card == 0 else 1,
+            interface_type="efa",
+            security_groups=security_groups,
+            delete_on_termination="true",
+        )
+        for card in range(count)
+    ]
+
+
+def _market(args: GpuNodePoolArgs) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
+    # Spot is the node group's capacityType; a Capacity Block is also a launch template market.
+    if args.capacity_type != "capacity-block":
+        return None
+    return aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+
+
+def _reservation(
+    args: GpuNodePoolArgs,
+) -> aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None:
+    if args.capacity_reservation_id is None:
+        return None
+    target = aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs
+    return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+        capacity_reservation_target=target(capacity_reservation_id=args.capacity_reservation_id)
+    )

@@ -1,0 +1,226 @@
+"""Run a stack's Pulumi program offline, under Pulumi's mock runtime, and collect what it declares.
+
+No engine, no cloud credentials: the real program (``stacks/__main__.py``) runs with the stack's
+real configuration, and every resource it registers is recorded with its type, logical name,
+inputs and parent. Cloud-side values are filled in deterministically (ids are
+``<logical name>-id``, ARNs name the resource), so two runs of one commit give identical
+results. The stack file is validated before the program starts: a bad one raises ConfigError and
+registers nothing.
+"""
+
+from __future__ import annotations
+
+import runpy
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.output import Unknown
+from pulumi.runtime import mocks, rpc, settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from gpuinfra import versions as versions_mod
+from gpuinfra.config import StackConfig, check_stack, load_stack, stack_path
+from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.loading import display_path
+from gpuinfra.paths import repo_root
+
+PROJECT = "gpuinfra"
+MOCK_ACCOUNT = "123456789012"
+COMPUTED = "<computed>"
+SECRET = "[secret]"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource the program registered."""
+
+    type_: str
+    name: str
+    inputs: dict[str, Any]
+    # The parent's logical name; None for resources directly under the stack.
+    parent: str | None
+    urn: str = ""
+    # False for component resources (they group children and have no cloud counterpart).
+    custom: bool = True
+
+
+@dataclass(frozen=True)
+class StackRun:
+    env: str
+    resources: list[Resource]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_: str) -> list[Resource]:
+        return [r for r in self.resources if r.type_ == type_]
+
+    def named(self, name: str) -> Resource:
+        for resource in self.resources:
+            if resource.name == name:
+                return resource
+        raise KeyError(name)
+
+    def children(self, parent: str) -> list[Resource]:
+        return [r for r in self.resources if r.parent == parent]
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    """Deterministic stand-ins for what AWS and Kubernetes would return."""
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+
+    def new_resource(
+        self, args: pulumi.runtime.MockResourceArgs
+    ) -> tuple[str | None, dict[str, Any]]:
+        resource_id = f"{args.name}-id"
+        state = dict(args.inputs)
+        state.setdefault("name", args.name)
+        state.setdefault("arn", _arn(args.typ, args.name, self.region))
+        state.update(_computed(args.typ, args.name, state))
+        return resource_id, state
+
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+class _RecordingMonitor(mocks.MockMonitor):
+    """The mock monitor, also keeping each registration's type, name, inputs and parent."""
+
+    def __init__(self, mock: _Mocks) -> None:
+        super().__init__(mock)
+        self.registered: list[Resource] = []
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = _plain(rpc.deserialize_properties(request.object, keep_unknowns=True))
+            parent = request.parent.rsplit("::", 1)[-1] if request.parent else None
+            if parent is not None and request.parent.split("::")[2].endswith("pulumi:pulumi:Stack"):
+                parent = None
+            with self._lock:
+                self.registered.append(
+                    Resource(
+                        type_=request.type,
+                        name=request.name,
+                        inputs=inputs,
+                        parent=parent,
+                        urn=response.urn,
+                        custom=bool(request.custom),
+                    )
+                )
+        return response
+
+
+def _plain(value: Any) -> Any:
+    """Inputs as plain data: unknowns shown as "<computed>", secrets as "[secret]"."""
+    if rpc.is_rpc_secret(value):
+        return SECRET
+    if isinstance(value, dict):
+        return {k: _plain(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value == rpc.UNKNOWN or isinstance(value, Unknown):
+        return COMPUTED
+    # The wire format carries every number as a double; counts and sizes read better whole.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def run_stack(env: str, *, root: Path | None = None, config: StackConfig | None = None) -> StackRun:
+    """Run ``stacks/__main__.py`` for ``env`` under mocks and return what it registered.
+
+    ``config`` replaces the stack file (the plan of a modified stack); it is checked the same
+    way. Safe to call repeatedly in one process.
+    """
+    base = root or repo_root()
+    if config is None:
+        config = load_stack(env, base)
+    else:
+        check_stack(config, display_path(stack_path(env, base)))
+    pins = versions_mod.load_checked(versions_mod.versions_path(base))
+    program = _program(base / "stacks" / "__main__.py")
+    return run_program(lambda: program(config, pins), stack=env, region=config.region)
+
+
+def run_program(
+    program: Callable[[], None], *, stack: str = "test", region: str = "us-east-1"
+) -> StackRun:
+    """Run any Pulumi program function under the mocks (component tests use this directly)."""
+    monitor = _RecordingMonitor(_Mocks(region))
+    # A fresh root stack and settings per run: the previous run's resources must not leak in.
+    settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(
+        monitor.mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor
+    )
+    try:
+        _sync_await(run_pulumi_func(program))
+        outputs = _sync_await(_outputs())
+    finally:
+        settings.ROOT.set(None)
+    # Registration order varies with the event loop's scheduling; URN order does not.
+    resources = sorted(monitor.registered, key=lambda r: r.urn)
+    return StackRun(env=stack, resources=resources, outputs=outputs)
+
+
+_PROGRAMS: dict[tuple[Path, float], Callable[[StackConfig, versions_mod.Versions], None]] = {}
+
+
+def _program(path: Path) -> Callable[[StackConfig, versions_mod.Versions], None]:
+    """The program's ``main``, loaded once per file version."""
+    if not path.is_file():
+        raise ConfigError([Problem(display_path(path), "", "the stack program is missing")])
+    key = (path.resolve(), path.stat().st_mtime)
+    if key not in _PROGRAMS:
+        namespace = runpy.run_path(str(path), run_name="gpuinfra_stack")
+        _PROGRAMS[key] = namespace["main"]
+    return _PROGRAMS[key]
+
+
+async def _outputs() -> dict[str, Any]:
+    stack = settings.get_root_resource()
+    outputs: dict[str, Any] = {}
+    for key, value in sorted(getattr(stack, "outputs", {}).items()):
+        output = pulumi.Output.from_input(value)
+        secret = await output.is_secret()
+        resolved = await output.future(with_unknowns=True)
+        outputs[key] = SECRET if secret else _plain(resolved)
+    return outputs
+
+
+def _arn(type_: str, name: str, region: str) -> str:
+    service = type_.split(":")[1].split("/")[0] if type_.startswith("aws:") else "mock"
+    if service == "s3":
+        return f"arn:aws:s3:::{name}"
+    if service == "iam":
+        return f"arn:aws:iam::{MOCK_ACCOUNT}:role/{name}"
+    return f"arn:aws:{service}:{region}:{MOCK_ACCOUNT}:{name}"
+
+
+def _computed(type_: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """Outputs the provider computes that the program reads back."""
+    if type_ == "aws:s3/bucket:Bucket":
+        return {"bucket": state.get("bucket") or name}
+    if type_ == "aws:eks/cluster:Cluster":
+        vpc = dict(state.get("vpcConfig") or {})
+        vpc.setdefault("clusterSecurityGroupId", f"{name}-cluster-sg")
+        return {
+            "endpoint": f"https://{name}.eks.example.invalid",
+            "certificateAuthority": {"data": "bW9jay1jYQ=="},
+            "vpcConfig": vpc,
+        }
+    if type_ == "aws:ec2/launchTemplate:LaunchTemplate":
+        return {"latestVersion": 1}
+    if type_ == "aws:eks/nodeGroup:NodeGroup":
+        return {"nodeGroupName": state.get("nodeGroupName") or name}
+    if type_ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+        return {"dnsName": f"{name}.fsx.example.invalid", "mountName": "mockmount"}
+    return {}

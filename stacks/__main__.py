@@ -1,0 +1,140 @@
+"""The gpuinfra Pulumi program: read the stack's config, build the components, export outputs.
+
+``pulumi up -s <env>`` runs this file as ``__main__`` with the stack file
+``stacks/Pulumi.<env>.yaml``; ``gpuinfra.stackrun`` calls ``main`` under Pulumi's mock runtime.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.addons import ClusterAddons, ClusterAddonsArgs
+from components.cluster import GpuCluster, GpuClusterArgs, ServiceAccountRef
+from components.network import GpuNetwork, GpuNetworkArgs
+from components.node_pool import GpuNodePool, GpuNodePoolArgs
+from components.storage import FsxArgs, GpuStorage, GpuStorageArgs
+from gpuinfra import addons, versions
+from gpuinfra.config import StackConfig, load_stack
+
+
+def main(cfg: StackConfig, pins: versions.Versions) -> None:
+    name = f"gpuinfra-{cfg.environment}"
+    tags = {**cfg.tags.as_aws(), "environment": cfg.environment}
+    # Everything single-zone (EFA placement, reservations, FSx) shares the first pinned zone.
+    pinned_zone = next(
+        (p.availability_zone for p in cfg.node_pools if p.availability_zone),
+        cfg.network.availability_zones[0],
+    )
+
+    network = GpuNetwork(
+        name,
+        GpuNetworkArgs(
+            region=cfg.region,
+            availability_zones=cfg.network.availability_zones,
+            tags=tags,
+            cidr=cfg.network.cidr,
+            private_subnet_cidrs=cfg.network.private_subnet_cidrs,
+            public_subnet_cidrs=cfg.network.public_subnet_cidrs,
+            single_nat_gateway=cfg.network.single_nat_gateway,
+            flow_logs=cfg.network.flow_logs,
+            cluster_name=name,
+        ),
+    )
+    fsx = cfg.storage.fsx
+    storage = GpuStorage(
+        name,
+        GpuStorageArgs(
+            tags=tags,
+            versioning=cfg.storage.model_bucket_versioning,
+            fsx=FsxArgs(
+                subnet_id=network.private_subnet_by_zone[pinned_zone],
+                security_group_ids=[network.node_security_group_id],
+                storage_capacity_gib=fsx.storage_capacity_gib,
+                throughput_per_tib=fsx.throughput_per_tib,
+                link_model_bucket=fsx.link_model_bucket,
+            )
+            if fsx.enabled
+            else None,
+        ),
+    )
+    triton = cfg.addons.triton
+    repository = triton.model_repository
+    readers = (
+        [ServiceAccountRef(triton.namespace, repository.service_account)]
+        if triton.enabled and repository and repository.s3 and repository.service_account
+        else []
+    )
+    ami = pins.eks_gpu_ami
+    # dev follows EKS's newest AMI release to meet a breaking one before staging and prod.
+    ami_release = None if cfg.environment == "dev" else ami.version
+    cluster = GpuCluster(
+        name,
+        GpuClusterArgs(
+            kubernetes_version=pins.kubernetes.version,
+            subnet_ids=network.private_subnet_ids,
+            node_security_group_id=network.node_security_group_id,
+            tags=tags,
+            model_bucket_arn=storage.bucket_arn,
+            model_kms_key_arn=storage.kms_key_arn,
+            endpoint_public_access=cfg.cluster.endpoint_public_access,
+            public_access_cidrs=cfg.cluster.public_access_cidrs,
+            admin_role_arn=cfg.cluster.admin_role_arn,
+            fsx_csi_driver=fsx.enabled,
+            ebs_volume_type=cfg.storage.ebs_volume_type,
+            model_readers=readers,
+            eks_name=name,
+            system_instance_type=cfg.cluster.system_instance_type,
+            system_node_count=cfg.cluster.system_node_count,
+            ami_release_version=ami_release,
+        ),
+    )
+    pools: dict[str, GpuNodePool] = {}
+    for pool in cfg.node_pools:
+        pools[pool.name] = GpuNodePool(
+            f"{name}-{pool.name}",
+            GpuNodePoolArgs(
+                cluster_name=cluster.cluster_name,
+                node_role_arn=cluster.node_role_arn,
+                region=cfg.region,
+                instance_type=pool.instance_type,
+                subnet_by_zone=network.private_subnet_by_zone,
+                security_group_ids=[
+                    network.node_security_group_id,
+                    cluster.cluster_security_group_id,
+                ],
+                tags=tags,
+                ami_type=ami.source.ami_type or "AL2023_x86_64_NVIDIA",
+                ami_release_version=ami_release,
+                capacity_type=pool.capacity_type,
+                min_size=pool.min_size,
+                max_size=pool.max_size,
+                desired_size=pool.desired_size,
+                availability_zone=pool.availability_zone,
+                efa=pool.efa,
+                root_volume_gib=pool.root_volume_gib,
+                capacity_reservation_id=pool.capacity_reservation_id,
+                labels=pool.labels,
+                pool_name=pool.name,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[cluster]),
+        )
+    ClusterAddons(
+        name,
+        ClusterAddonsArgs(
+            renders=addons.render_all(cfg.addons, versions=pins), provider=cluster.provider
+        ),
+        # Add-ons schedule onto GPU nodes; their pools must exist before the charts wait.
+        opts=pulumi.ResourceOptions(depends_on=list(pools.values())),
+    )
+
+    pulumi.export("vpcId", network.vpc_id)
+    pulumi.export("clusterName", cluster.cluster_name)
+    pulumi.export("clusterEndpoint", cluster.endpoint)
+    pulumi.export("kubeconfig", cluster.kubeconfig)
+    pulumi.export("modelBucket", storage.bucket_name)
+    pulumi.export("fsxDnsName", storage.fsx_dns_name)
+    pulumi.export("nodeGroups", {n: p.node_group_name for n, p in pools.items()})
+
+
+if __name__ == "__main__":
+    main(load_stack(pulumi.get_stack()), versions.pinned())

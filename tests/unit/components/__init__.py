@@ -1,0 +1,1 @@
+"""Component tests under Pulumi mocks."""

@@ -1,0 +1,176 @@
+"""GpuNodePool: EFA sized from the instance type, placement, IMDSv2, labels and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.node_pool import GpuNodePool, GpuNodePoolArgs
+from gpuinfra.errors import ConfigError
+from tests.unit.components.conftest import TAGS, refused
+
+ZONES = {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"}
+
+
+def pool_args(**overrides: object) -> GpuNodePoolArgs:
+    values: dict[str, object] = {
+        "cluster_name": "gpu",
+        "node_role_arn": "arn:aws:iam::123456789012:role/node",
+        "region": "us-east-1",
+        "instance_type": "g6.xlarge",
+        "subnet_by_zone": ZONES,
+        "security_group_ids": ["sg-nodes"],
+        "tags": TAGS,
+    }
+    values.update(overrides)
+    return GpuNodePoolArgs(**values)  # type: ignore[arg-type]
+
+
+def test_p5_pool_gets_32_efa_interfaces_and_a_cluster_placement_group(run) -> None:
+    result = run(
+        lambda: GpuNodePool(
+            "train",
+            pool_args(
+                instance_type="p5.48xlarge",
+                efa=True,
+                availability_zone="us-east-1a",
+                capacity_type="capacity-reservation",
+                capacity_reservation_id="cr-0a1b2c3d4e5f67890",
+                max_size=2,
+            ),
+        )
+    )
+    template = result.named("train-lt").inputs
+    interfaces = template["networkInterfaces"]
+    assert len(interfaces) == 32, "train-lt: p5.48xlarge has 32 EFA interfaces"
+    assert {i["interfaceType"] for i in interfaces} == {"efa"}
+    assert [i["networkCardIndex"] for i in interfaces] == list(range(32))
+    assert interfaces[0]["deviceIndex"] == 0 and interfaces[1]["deviceIndex"] == 1
+    assert all(i["securityGroups"] == ["sg-nodes"] for i in interfaces)
+    assert "vpcSecurityGroupIds" not in template, "EFA interfaces carry the security groups"
+    group = result.named("train-placement").inputs
+    assert group["strategy"] == "cluster"
+    assert template["placement"] == {
+        "availabilityZone": "us-east-1a",
+        "groupName": "train-placement",
+    }
+    target = template["capacityReservationSpecification"]["capacityReservationTarget"]
+    assert target == {"capacityReservationId": "cr-0a1b2c3d4e5f67890"}
+    node_group = result.named("train-ng").inputs
+    assert node_group["subnetIds"] == ["subnet-a"], "one zone for the placement group"
+    assert node_group["labels"]["gpuinfra.dev/gpu-type"] == "h100"
+
+
+def test_dev_pool_without_efa_gets_no_efa_and_no_placement_group(run) -> None:
+    result = run(
+        lambda: GpuNodePool("dev", pool_args(capacity_type="spot", min_size=0, max_size=2))
+    )
+    template = result.named("dev-lt").inputs
+    assert "networkInterfaces" not in template
+    assert "placement" not in template
+    assert template["vpcSecurityGroupIds"] == ["sg-nodes"]
+    assert not result.of_type("aws:ec2/placementGroup:PlacementGroup")
+    node_group = result.named("dev-ng").inputs
+    assert node_group["capacityType"] == "SPOT"
+    assert node_group["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 0}
+    assert node_group["subnetIds"] == ["subnet-a", "subnet-b"]
+
+
+def test_nodes_require_imdsv2_and_encrypt_their_root_volume(run) -> None:
+    result = run(lambda: GpuNodePool("p", pool_args(root_volume_gib=300)))
+    template = result.named("p-lt").inputs
+    assert template["metadataOptions"]["httpTokens"] == "required"
+    assert template["metadataOptions"]["httpPutResponseHopLimit"] == 1
+    (root,) = template["blockDeviceMappings"]
+    assert root["ebs"] == {
+        "deleteOnTermination": "true",
+        "encrypted": "true",
+        "volumeSize": 300,
+        "volumeType": "gp3",
+    }
+    assert result.named("p-ng").inputs["launchTemplate"]["id"] == "p-lt-id"
+
+
+def test_nodes_carry_the_gpu_taint_and_the_labels_kueue_selects(run) -> None:
+    result = run(
+        lambda: GpuNodePool(
+            "gpuinfra-staging-l40s",
+            pool_args(instance_type="g6e.xlarge", pool_name="l40s", labels={"tier": "serve"}),
+        )
+    )
+    node_group = result.named("gpuinfra-staging-l40s-ng").inputs
+    assert node_group["labels"] == {
+        "gpuinfra.dev/gpu-type": "l40s",
+        "gpuinfra.dev/pool": "l40s",
+        "tier": "serve",
+    }
+    assert node_group["taints"] == [
+        {"effect": "NO_SCHEDULE", "key": "nvidia.com/gpu", "value": "present"}
+    ]
+
+
+def test_ami_release_is_pinned_when_given(run) -> None:
+    result = run(lambda: GpuNodePool("p", pool_args(ami_release_version="1.34.2-20261110")))
+    node_group = result.named("p-ng").inputs
+    assert node_group["releaseVersion"] == "1.34.2-20261110"
+    assert node_group["amiType"] == "AL2023_x86_64_NVIDIA"
+
+
+def test_capacity_block_uses_the_capacity_block_market(run) -> None:
+    result = run(
+        lambda: GpuNodePool(
+            "cb",
+            pool_args(
+                instance_type="p5.48xlarge",
+                capacity_type="capacity-block",
+                capacity_reservation_id="cr-0a1b2c3d4e5f67890",
+                availability_zone="us-east-1b",
+            ),
+        )
+    )
+    assert result.named("cb-ng").inputs["capacityType"] == "CAPACITY_BLOCK"
+    assert result.named("cb-lt").inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+
+
+def test_every_problem_is_reported_at_once_before_anything_is_created(run) -> None:
+    program = refused(
+        lambda: GpuNodePool(
+            "bad",
+            pool_args(
+                instance_type="g6.xlarg", availability_zone="us-east-1z", min_size=3, max_size=1
+            ),
+        )
+    )
+    result = run(program)
+    assert result.resources == [], "a refused pool registers nothing"
+    (error,) = program.errors
+    assert [str(p) for p in error.problems] == [
+        "GpuNodePool 'bad': args.instance_type: unknown GPU instance type 'g6.xlarg'; "
+        "did you mean 'g6.xlarge'?",
+        "GpuNodePool 'bad': args.min_size: minSize 3 is greater than maxSize 1",
+        "GpuNodePool 'bad': args.availability_zone: 'us-east-1z' is not an availability zone "
+        "of us-east-1 (allowed: 'us-east-1a', 'us-east-1b', 'us-east-1c', 'us-east-1d', "
+        "'us-east-1e' or 'us-east-1f')",
+        "GpuNodePool 'bad': args.availability_zone: 'us-east-1z' has no private subnet in the "
+        "network (zones: us-east-1a, us-east-1b)",
+    ]
+
+
+def test_efa_on_a_type_without_it_is_refused(run) -> None:
+    with pytest.raises(ConfigError) as caught:
+        run(lambda: GpuNodePool("x", pool_args(efa=True, availability_zone="us-east-1a")))
+    (problem,) = caught.value.problems
+    assert problem.path == "args.efa"
+    assert problem.message == (
+        "g6.xlarge has no EFA interfaces; EFA needs one of g6.8xlarge, g6.12xlarge, "
+        "g6.16xlarge, g6.24xlarge, g6.48xlarge"
+    )
+
+
+def test_the_labels_kueue_relies_on_cannot_be_overridden(run) -> None:
+    program = refused(lambda: GpuNodePool("p", pool_args(labels={"gpuinfra.dev/gpu-type": "a100"})))
+    assert run(program).resources == []
+    (problem,) = program.errors[0].problems
+    assert str(problem) == (
+        "GpuNodePool 'p': args.labels.gpuinfra.dev/gpu-type: 'gpuinfra.dev/*' labels are set "
+        "by gpuinfra"
+    )

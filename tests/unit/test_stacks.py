@@ -1,0 +1,284 @@
+"""The whole program with each stack's real config file, and the stack-file error contract."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuinfra import catalog, stackrun, versions
+from gpuinfra.config import REQUIRED_TAGS, load_stack
+from gpuinfra.errors import ConfigError
+from gpuinfra.stackrun import StackRun, run_stack
+from policies.validators import Limits, evaluate, taggable
+from tests.conftest import ROOT, run_cli
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, StackRun]:
+    return {env: run_stack(env) for env in ("dev", "staging", "prod")}
+
+
+def pools(run: StackRun) -> dict[str, dict]:
+    """The GPU pools by name (the CPU system group aside)."""
+    groups = {r.inputs["labels"]["gpuinfra.dev/pool"]: r.inputs for r in run.of_type(NODE_GROUP)}
+    return {name: inputs for name, inputs in groups.items() if name != "system"}
+
+
+def template_of(run: StackRun, pool: str) -> dict:
+    return run.named(f"gpuinfra-{run.env}-{pool}-lt").inputs
+
+
+def count(run: StackRun, type_: str) -> int:
+    return len(run.of_type(type_))
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_policy_pack_passes_on_every_resource(runs: dict[str, StackRun], env: str) -> None:
+    verdicts = evaluate(runs[env].resources, Limits.of(load_stack(env)))
+    assert {rule: v for rule, v in verdicts.items() if v} == {}
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_every_taggable_resource_has_the_cost_tags(runs: dict[str, StackRun], env: str) -> None:
+    tagged = [r for r in runs[env].resources if taggable(r.type_)]
+    assert len(tagged) > 20, "the check must cover the network, storage, cluster and pools"
+    for resource in tagged:
+        tags = resource.inputs.get("tags") or {}
+        assert all(tags.get(k) for k in REQUIRED_TAGS), f"{resource.name}: {tags}"
+        assert tags["environment"] == env, resource.name
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_imdsv2_required_on_every_launch_template(runs: dict[str, StackRun], env: str) -> None:
+    templates = runs[env].of_type(LAUNCH_TEMPLATE)
+    assert len(templates) == len(runs[env].of_type(NODE_GROUP))
+    for template in templates:
+        assert template.inputs["metadataOptions"]["httpTokens"] == "required", template.name
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_controllers_get_untainted_cpu_nodes(runs: dict[str, StackRun], env: str) -> None:
+    system = runs[env].named(f"gpuinfra-{env}-system-ng").inputs
+    assert system["instanceTypes"] == ["m7i.large"]
+    assert system["amiType"] == "AL2023_x86_64_STANDARD"
+    assert "taints" not in system
+    assert system.get("releaseVersion") == (
+        None if env == "dev" else versions.pinned().eks_gpu_ami.version
+    )
+
+
+def test_dev_is_one_small_spot_pool_that_scales_to_zero(runs: dict[str, StackRun]) -> None:
+    dev = runs["dev"]
+    (pool,) = pools(dev).values()
+    assert pool["instanceTypes"] == ["g6.xlarge"]
+    assert pool["capacityType"] == "SPOT"
+    assert pool["scalingConfig"]["minSize"] == 0 and pool["scalingConfig"]["desiredSize"] == 0
+    assert "releaseVersion" not in pool, "dev follows the newest GPU AMI"
+    assert pool["labels"]["gpuinfra.dev/gpu-type"] == "l4"
+    assert "networkInterfaces" not in template_of(dev, "l4")
+    assert count(dev, "aws:ec2/placementGroup:PlacementGroup") == 0
+    assert count(dev, "aws:fsx/lustreFileSystem:LustreFileSystem") == 0
+    assert count(dev, "aws:ec2/subnet:Subnet") == 4
+    assert count(dev, "aws:ec2/natGateway:NatGateway") == 1
+    eks = dev.of_type("aws:eks/cluster:Cluster")[0].inputs
+    assert eks["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_staging_runs_on_demand_l40s_on_the_pinned_ami(runs: dict[str, StackRun]) -> None:
+    staging = runs["staging"]
+    (pool,) = pools(staging).values()
+    assert pool["instanceTypes"] == ["g6e.xlarge"]
+    assert pool["capacityType"] == "ON_DEMAND"
+    assert pool["releaseVersion"] == versions.pinned().eks_gpu_ami.version
+    assert pool["labels"]["gpuinfra.dev/gpu-type"] == "l40s"
+    assert count(staging, "aws:ec2/flowLog:FlowLog") == 1
+
+
+def test_prod_trains_on_reserved_p5_with_efa_placement_and_lustre(
+    runs: dict[str, StackRun],
+) -> None:
+    prod = runs["prod"]
+    h100 = pools(prod)["h100"]
+    assert h100["instanceTypes"] == ["p5.48xlarge"]
+    assert h100["releaseVersion"] == versions.pinned().eks_gpu_ami.version
+    assert h100["subnetIds"] == ["gpuinfra-prod-private-us-east-1a-id"]
+    template = template_of(prod, "h100")
+    efa = catalog.instance_types()["p5.48xlarge"].efa_interfaces
+    assert len(template["networkInterfaces"]) == efa == 32
+    assert template["placement"]["availabilityZone"] == "us-east-1a"
+    (group,) = prod.of_type("aws:ec2/placementGroup:PlacementGroup")
+    assert group.inputs["strategy"] == "cluster"
+    assert template["placement"]["groupName"] == group.name
+    assert template["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f67890"}
+    }
+    (lustre,) = prod.of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert lustre.inputs["deploymentType"] == "PERSISTENT_2"
+    assert lustre.inputs["subnetIds"] == "gpuinfra-prod-private-us-east-1a-id", "beside the GPUs"
+    assert lustre.inputs["storageCapacity"] == 4800
+    assert count(prod, "aws:ec2/natGateway:NatGateway") == 3
+    eks = prod.of_type("aws:eks/cluster:Cluster")[0].inputs
+    assert eks["vpcConfig"]["endpointPublicAccess"] is False
+    assert sorted(pools(prod)) == ["h100", "serving"]
+    assert "networkInterfaces" not in template_of(prod, "serving")
+
+
+def test_outputs_are_exported_and_the_kubeconfig_stays_secret(runs: dict[str, StackRun]) -> None:
+    outputs = runs["prod"].outputs
+    assert outputs["clusterName"] == "gpuinfra-prod"
+    assert outputs["kubeconfig"] == stackrun.SECRET
+    assert outputs["nodeGroups"] == {
+        "h100": "gpuinfra-prod-h100-ng",
+        "serving": "gpuinfra-prod-serving-ng",
+    }
+    assert outputs["fsxDnsName"].endswith(".fsx.example.invalid")
+
+
+def test_runs_are_repeatable_in_one_process(runs: dict[str, StackRun]) -> None:
+    again = run_stack("dev")
+    assert again == runs["dev"]
+    assert len(again.resources) == len({(r.type_, r.name) for r in again.resources})
+
+
+def test_pulumi_yaml_documents_every_stack_key() -> None:
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    documented = set(project["config"])
+    used = {
+        key.partition(":")[2]
+        for env in ("dev", "staging", "prod")
+        for key in yaml.safe_load((ROOT / "stacks" / f"Pulumi.{env}.yaml").read_text())["config"]
+        if key.startswith("gpuinfra:")
+    }
+    from gpuinfra.config import _STACK_KEYS
+
+    assert documented == set(_STACK_KEYS)
+    assert used <= documented
+    assert all(project["config"][key].get("description") for key in documented)
+
+
+# --- bad stack files: one line per problem, exit 2, nothing registered ---------------------
+
+
+def repo_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "stacks").mkdir(parents=True)
+    shutil.copy(ROOT / "versions.yaml", root / "versions.yaml")
+    for name in ("Pulumi.dev.yaml", "__main__.py"):
+        shutil.copy(ROOT / "stacks" / name, root / "stacks" / name)
+    return root
+
+
+def edit_dev(root: Path, old: str, new: str) -> None:
+    path = root / "stacks" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+BAD_STACKS = {
+    "unknown key": (
+        "  gpuinfra:nodePools:\n",
+        "  gpuinfra:nodePool: []\n  gpuinfra:nodePools:\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePool: unknown key 'nodePool'; "
+            "did you mean 'nodePools'?"
+        ],
+    ),
+    "unknown instance type": (
+        "instanceType: g6.xlarge",
+        "instanceType: g6.xlarg",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].instanceType: unknown GPU "
+            "instance type 'g6.xlarg'; did you mean 'g6.xlarge'?"
+        ],
+    ),
+    "EFA on g6.xlarge": (
+        "      capacityType: spot\n",
+        "      capacityType: spot\n      efa: true\n      availabilityZone: us-east-1a\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].efa: g6.xlarge has no EFA "
+            "interfaces; EFA needs one of g6.8xlarge, g6.12xlarge, g6.16xlarge, g6.24xlarge, "
+            "g6.48xlarge"
+        ],
+    ),
+    "Kueue flavor without a pool": (
+        "gpuType: l4,",
+        "gpuType: h100,",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.flavors[0].gpuType: no node "
+            "pool has h100 GPUs (pools have 'l4')"
+        ],
+    ),
+    "overlapping CIDRs": (
+        "    singleNatGateway: true\n",
+        "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:network.privateSubnetCidrs[1]: "
+            "'10.40.16.0/20' overlaps the private subnet '10.40.0.0/19'"
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_STACKS))
+def test_bad_stack_file_is_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
+    old, new, lines = BAD_STACKS[case]
+    root = repo_copy(tmp_path)
+    edit_dev(root, old, new)
+    result = run_cli("config", "check", "--stack", "dev", root=root, cwd=root)
+    assert result.code == 2, result
+    assert "Traceback" not in result.stdout + result.stderr
+    assert [ln for ln in result.stderr.splitlines() if ln.startswith("error:")] == [
+        f"error: {line}" for line in lines
+    ]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_STACKS))
+def test_bad_stack_file_stops_run_stack_before_any_resource(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new, lines = BAD_STACKS[case]
+    root = repo_copy(tmp_path)
+    edit_dev(root, old, new)
+    monkeypatch.chdir(root)
+    started: list[str] = []
+    monkeypatch.setattr(stackrun, "run_program", lambda *a, **k: started.append("run"))
+    with pytest.raises(ConfigError) as caught:
+        run_stack("dev", root=root)
+    assert [str(p) for p in caught.value.problems] == lines
+    assert started == [], "the program must not start"
+
+
+def test_a_bad_config_object_is_refused_like_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_stack("dev")
+    network = cfg.network.model_copy(update={"availability_zones": ["us-east-1a", "us-west-2a"]})
+    started: list[str] = []
+    monkeypatch.setattr(stackrun, "run_program", lambda *a, **k: started.append("run"))
+    with pytest.raises(ConfigError) as caught:
+        run_stack("dev", config=cfg.model_copy(update={"network": network}))
+    (problem,) = caught.value.problems
+    assert problem.path == "config.gpuinfra:network.availabilityZones[1]"
+    assert started == []
+
+
+def test_monthly_on_demand_cost_uses_the_dated_catalog_price() -> None:
+    # p5.48xlarge at 55.04 USD/h (catalog of 2026-07-20), two nodes, 730 hours.
+    assert catalog.monthly_on_demand_usd("p5.48xlarge", 2) == 80_358.4
+    assert catalog.monthly_on_demand_usd("g6.xlarge", 1, hours=24) == 19.32
+    assert catalog.monthly_on_demand_usd("p5e.48xlarge", 1) is None, "no price in the snapshot"
+    assert catalog.monthly_on_demand_usd("x9.huge", 1) is None
+
+
+def test_a_region_outside_the_catalog_is_named_once_at_the_region() -> None:
+    cfg = load_stack("prod").model_copy(update={"region": "sa-east-1"})
+    with pytest.raises(ConfigError) as caught:
+        run_stack("prod", config=cfg)
+    (problem,) = caught.value.problems
+    assert problem.path == "config.aws:region"
+    assert problem.message.startswith("region 'sa-east-1' is not in the catalog (known: ")
