@@ -1,0 +1,674 @@
+"""Parse nvidia-smi outputs and judge a GPU node against its expectations.
+
+Pure Python (standard library only) so that it runs on any managed host Ansible reaches and can be
+unit-tested on recorded outputs. The gpu_node_check module gathers the raw outputs and calls
+``evaluate``; everything that decides pass or fail lives here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+# nvidia-smi writes this when a field does not apply to the device.
+_MISSING = ("N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error", "")
+
+_SMI_HEADER = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s+(?P<driver>[\d.]+)"
+    r"(?:\s+CUDA Version:\s+(?P<cuda>[\d.]+))?"
+)
+_NVRM = re.compile(r"NVRM version:\s+(?P<text>.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+GPU_CHECKS = (
+    "driver_version",
+    "nvml_kernel_match",
+    "gpu_count",
+    "persistence_mode",
+    "ecc_mode",
+    "ecc_errors",
+    "remapped_rows",
+    "pcie_link",
+    "mig_mode",
+    "topology",
+    "temperature_headroom",
+    "power_headroom",
+)
+NO_GPU = "no GPU present"
+
+
+def _text(node: ET.Element | None, path: str) -> str | None:
+    if node is None:
+        return None
+    found = node.find(path)
+    if found is None or found.text is None:
+        return None
+    value = found.text.strip()
+    return None if value in _MISSING else value
+
+
+def _number(value: str | None) -> float | None:
+    """The leading number of a value with a unit ('700.00 W', '34 C', '16x')."""
+    if value is None:
+        return None
+    match = _NUMBER.search(value)
+    return float(match.group(0)) if match else None
+
+
+def _int(value: str | None) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def _enabled(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in ("enabled", "yes", "on"):
+        return True
+    if lowered in ("disabled", "no", "off"):
+        return False
+    return None
+
+
+def _sum(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def parse_query_xml(text: str) -> dict[str, Any]:
+    """``nvidia-smi -q -x``: the driver and one record per GPU."""
+    root = ET.fromstring(text)
+    gpus = [_gpu_from_xml(node) for node in root.findall("gpu")]
+    return {
+        "driver_version": _text(root, "driver_version"),
+        "cuda_version": _text(root, "cuda_version"),
+        "attached_gpus": _int(_text(root, "attached_gpus")),
+        "gpus": gpus,
+    }
+
+
+def _gpu_from_xml(gpu: ET.Element) -> dict[str, Any]:
+    link = gpu.find("pci/pci_gpu_link_info")
+    volatile = gpu.find("ecc_errors/volatile")
+    temperature = gpu.find("temperature")
+    power = gpu.find("gpu_power_readings")
+    if power is None:  # drivers before 530 call it power_readings
+        power = gpu.find("power_readings")
+    # Volatile uncorrectable (double-bit) errors since the last driver load. Hopper and later
+    # report them per memory kind; older GPUs as double_bit totals.
+    dbe = _sum(
+        [
+            _int(_text(volatile, "dram_uncorrectable")),
+            _int(_text(volatile, "sram_uncorrectable_parity")),
+            _int(_text(volatile, "sram_uncorrectable_secded")),
+            _int(_text(volatile, "sram_uncorrectable")),
+            _int(_text(volatile, "double_bit/total")),
+        ]
+    )
+    temp = _int(_text(temperature, "gpu_temp"))
+    # Since 545 the driver reports the distance to the slowdown limit (T.Limit) directly; older
+    # drivers give absolute thresholds.
+    headroom = _int(_text(temperature, "gpu_temp_tlimit"))
+    slowdown = _int(_text(temperature, "gpu_temp_slow_threshold"))
+    if headroom is None and temp is not None and slowdown is not None:
+        headroom = slowdown - temp
+    draw = _number(_text(power, "instant_power_draw")) or _number(_text(power, "power_draw"))
+    if draw is None:
+        draw = _number(_text(power, "average_power_draw"))
+    limit = _number(_text(power, "current_power_limit")) or _number(_text(power, "power_limit"))
+    return {
+        "bus_id": gpu.get("id"),
+        "name": _text(gpu, "product_name"),
+        "uuid": _text(gpu, "uuid"),
+        "minor_number": _int(_text(gpu, "minor_number")),
+        "performance_state": _text(gpu, "performance_state"),
+        "persistence_mode": _enabled(_text(gpu, "persistence_mode")),
+        "mig_mode_current": _enabled(_text(gpu, "mig_mode/current_mig")),
+        "mig_mode_pending": _enabled(_text(gpu, "mig_mode/pending_mig")),
+        "ecc_mode_current": _enabled(_text(gpu, "ecc_mode/current_ecc")),
+        "ecc_mode_pending": _enabled(_text(gpu, "ecc_mode/pending_ecc")),
+        "ecc_volatile_uncorrectable": dbe,
+        "remapped_rows_uncorrectable": _int(_text(gpu, "remapped_rows/remapped_row_unc")),
+        "remapped_rows_pending": _enabled(_text(gpu, "remapped_rows/remapped_row_pending")),
+        "remapped_rows_failure": _enabled(_text(gpu, "remapped_rows/remapped_row_failure")),
+        "pcie_gen_current": _int(_text(link, "pcie_gen/current_link_gen")),
+        "pcie_gen_max": _int(_text(link, "pcie_gen/max_link_gen")),
+        "pcie_width_current": _int(_text(link, "link_widths/current_link_width")),
+        "pcie_width_max": _int(_text(link, "link_widths/max_link_width")),
+        "temperature_c": temp,
+        "temperature_headroom_c": headroom,
+        "power_draw_w": draw,
+        "power_limit_w": limit,
+        "power_max_limit_w": _number(_text(power, "max_power_limit")),
+    }
+
+
+def parse_query_csv(text: str) -> list[dict[str, str | None]]:
+    """``nvidia-smi --query-gpu=... --format=csv``: one dict per GPU, units kept out of keys."""
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    if not rows:
+        return []
+    keys = [re.sub(r"\s*\[.*\]$", "", key.strip()) for key in rows[0]]
+    records = []
+    for row in rows[1:]:
+        if not row:
+            continue
+        values = [None if cell.strip() in _MISSING else cell.strip() for cell in row]
+        records.append(dict(zip(keys, values, strict=False)))
+    return records
+
+
+def parse_smi_header(text: str) -> dict[str, str | None]:
+    """Plain ``nvidia-smi``: the versions in its banner, or the error it printed instead."""
+    match = _SMI_HEADER.search(text)
+    if match:
+        return {
+            "smi_version": match["smi"],
+            "driver_version": match["driver"],
+            "cuda_version": match["cuda"],
+            "error": None,
+        }
+    error = next((line.strip() for line in text.splitlines() if line.strip()), None)
+    return {"smi_version": None, "driver_version": None, "cuda_version": None, "error": error}
+
+
+def parse_proc_version(text: str) -> dict[str, str | None]:
+    """``/proc/driver/nvidia/version``: the loaded kernel module's version and flavour."""
+    match = _NVRM.search(text)
+    if not match:
+        return {"version": None, "flavor": None}
+    flavor = "open" if "Open Kernel Module" in match["text"] else "proprietary"
+    return {"version": match["version"], "flavor": flavor}
+
+
+def parse_topology(text: str) -> dict[str, Any]:
+    """``nvidia-smi topo -m``: how each pair of GPUs is connected, and the NVLink pairs."""
+    # The header row is printed with terminal escapes around it.
+    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    lines = [line for line in clean.splitlines() if line.strip()]
+    header: list[str] = []
+    links: dict[str, dict[str, str]] = {}
+    for line in lines:
+        cells = line.split("\t")
+        if not header and cells and cells[0].strip() == "" and "GPU0" in line:
+            header = [c.strip() for c in cells[1:]]
+            continue
+        name = cells[0].strip()
+        if header and re.fullmatch(r"GPU\d+", name):
+            row = [c.strip() for c in cells[1:]]
+            links[name] = {
+                peer: value
+                for peer, value in zip(header, row, strict=False)
+                if re.fullmatch(r"GPU\d+", peer) and peer != name
+            }
+        elif line.startswith("Legend"):
+            break
+    pairs = sorted({tuple(sorted((a, b))) for a, row in links.items() for b in row})
+    nvlink = [list(p) for p in pairs if links[p[0]].get(p[1], "").startswith("NV")]
+    return {"gpus": sorted(links), "pairs": len(pairs), "nvlink_pairs": nvlink}
+
+
+def parse_containerd_dump(text: str) -> list[str]:
+    """Runtime names that ``containerd config dump`` shows under the CRI plugin."""
+    found = re.findall(r'\.containerd\.runtimes\.(?:"([^"]+)"|([\w-]+))\]', text)
+    return sorted({quoted or bare for quoted, bare in found})
+
+
+def merge_csv(gpus: list[dict[str, Any]], rows: list[dict[str, str | None]]) -> None:
+    """Add the index nvidia-smi assigns (only the CSV query has it) to the XML records."""
+    by_bus = {(row.get("pci.bus_id") or "").lower(): row for row in rows}
+    for position, gpu in enumerate(gpus):
+        row = by_bus.get((gpu.get("bus_id") or "").lower())
+        index = _int(row.get("index")) if row else None
+        gpu["index"] = position if index is None else index
+
+
+def _check(
+    name: str, status: str, detail: str, expected: Any = None, actual: Any = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": status,
+        "detail": detail,
+        "expected": expected,
+        "actual": actual,
+    }
+
+
+def _per_gpu(
+    gpus: list[dict[str, Any]],
+    bad: list[str],
+    name: str,
+    ok_detail: str,
+    expected: Any,
+    actual: Any,
+    status_when_bad: str = "fail",
+) -> dict[str, Any]:
+    if bad:
+        return _check(name, status_when_bad, "; ".join(bad), expected, actual)
+    return _check(name, "pass", ok_detail, expected, actual)
+
+
+def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]:
+    """Judge what was observed on a host; returns the report (summary, checks, gpus, driver).
+
+    ``observed`` keys: host, pci_gpu_count, smi_found, smi_header (parse_smi_header),
+    smi (parse_query_xml or None), kernel_module (parse_proc_version or None), topology
+    (parse_topology or None), runtimes ({name: {"installed": bool, "runtimes": [...]}}).
+    ``expect`` keys: driver_version, gpu_count (None: not asserted), mig_mode
+    (enabled|disabled|any), persistence_mode (bool), min_temperature_headroom_c,
+    min_power_headroom_pct, nvlink (bool or None), container_runtimes (list).
+    """
+    smi = observed.get("smi") or {}
+    gpus: list[dict[str, Any]] = list(smi.get("gpus") or [])
+    header = observed.get("smi_header") or {}
+    kernel = observed.get("kernel_module") or {}
+    gpu_present = bool(gpus) or int(observed.get("pci_gpu_count") or 0) > 0
+    nvml_version = smi.get("driver_version") or header.get("driver_version")
+    driver = {
+        "nvml_version": nvml_version,
+        "smi_version": header.get("smi_version"),
+        "kernel_module_version": kernel.get("version"),
+        "kernel_module_flavor": kernel.get("flavor"),
+        "cuda_version": smi.get("cuda_version") or header.get("cuda_version"),
+        "smi_error": header.get("error") if not nvml_version else None,
+    }
+    checks: list[dict[str, Any]] = []
+    if gpu_present:
+        checks.extend(_gpu_checks(observed, expect, gpus, driver))
+    else:
+        # What would have been asserted stays visible, so the report reads the same on a GPU host.
+        wanted = {
+            "driver_version": expect.get("driver_version"),
+            "gpu_count": expect.get("gpu_count"),
+            "mig_mode": expect.get("mig_mode"),
+            "persistence_mode": expect.get("persistence_mode", True),
+        }
+        checks.extend(_check(name, "skip", NO_GPU, wanted.get(name)) for name in GPU_CHECKS)
+    checks.extend(
+        _runtime_checks(
+            observed.get("runtimes") or {}, list(expect.get("container_runtimes") or [])
+        )
+    )
+    failed = [c["name"] for c in checks if c["status"] == "fail"]
+    summary = "failed" if failed else ("ok" if gpu_present else NO_GPU)
+    return {
+        "host": observed.get("host"),
+        "gpu_present": gpu_present,
+        "summary": summary,
+        "failed": failed,
+        "checks": checks,
+        "gpus": gpus,
+        "driver": driver,
+    }
+
+
+def _gpu_checks(
+    observed: dict[str, Any],
+    expect: dict[str, Any],
+    gpus: list[dict[str, Any]],
+    driver: dict[str, Any],
+) -> list[dict[str, Any]]:
+    checks = []
+    nvml = driver["nvml_version"]
+    kernel = driver["kernel_module_version"]
+    wanted = expect.get("driver_version")
+    if not observed.get("smi_found"):
+        unusable = "nvidia-smi not found, though the PCI bus shows an NVIDIA GPU"
+    elif not nvml:
+        unusable = f"nvidia-smi failed: {driver['smi_error'] or 'no output'}"
+    else:
+        unusable = ""
+
+    if unusable:
+        checks.append(_check("driver_version", "fail", unusable, wanted, None))
+    elif nvml != wanted:
+        checks.append(
+            _check(
+                "driver_version", "fail", f"driver {nvml} runs, {wanted} is pinned", wanted, nvml
+            )
+        )
+    else:
+        checks.append(_check("driver_version", "pass", f"driver {nvml}", wanted, nvml))
+
+    if kernel is None:
+        checks.append(
+            _check(
+                "nvml_kernel_match",
+                "fail",
+                "no NVIDIA kernel module loaded (/proc/driver/nvidia/version missing)",
+                nvml,
+                None,
+            )
+        )
+    elif unusable or nvml != kernel:
+        checks.append(
+            _check(
+                "nvml_kernel_match",
+                "fail",
+                "kernel module {}, user-space NVML {}: reboot or reload the module after a driver "
+                "change".format(kernel, nvml or f"unusable ({unusable})"),
+                kernel,
+                nvml,
+            )
+        )
+    else:
+        checks.append(
+            _check(
+                "nvml_kernel_match", "pass", f"kernel module and NVML both {kernel}", kernel, nvml
+            )
+        )
+
+    count = len(gpus) if gpus else int(observed.get("pci_gpu_count") or 0)
+    expected_count = expect.get("gpu_count")
+    if expected_count is None:
+        checks.append(
+            _check(
+                "gpu_count",
+                "skip",
+                f"{count} GPU(s); gpu_node_check_expected_gpu_count is not set",
+                None,
+                count,
+            )
+        )
+    elif count != expected_count:
+        checks.append(
+            _check(
+                "gpu_count",
+                "fail",
+                f"{count} GPU(s) visible, {expected_count} expected",
+                expected_count,
+                count,
+            )
+        )
+    else:
+        checks.append(_check("gpu_count", "pass", f"{count} GPU(s)", expected_count, count))
+
+    if not gpus:
+        reason = f"no per-GPU data: {unusable or 'nvidia-smi listed no GPU'}"
+        checks.extend(_check(name, "skip", reason) for name in GPU_CHECKS[3:])
+        return checks
+    checks.extend(
+        [
+            _persistence(gpus, bool(expect.get("persistence_mode", True))),
+            _ecc_mode(gpus),
+            _ecc_errors(gpus),
+            _remapped_rows(gpus),
+            _pcie(gpus),
+            _mig(gpus, str(expect.get("mig_mode") or "any")),
+            _topology(observed.get("topology"), gpus, expect.get("nvlink")),
+            _temperature(gpus, int(expect.get("min_temperature_headroom_c") or 0)),
+            _power(gpus, float(expect.get("min_power_headroom_pct") or 0)),
+        ]
+    )
+    return checks
+
+
+def _label(gpu: dict[str, Any]) -> str:
+    return "GPU {} ({})".format(gpu.get("index", "?"), gpu.get("bus_id"))
+
+
+def _persistence(gpus: list[dict[str, Any]], wanted: bool) -> dict[str, Any]:
+    actual = [g["persistence_mode"] for g in gpus]
+    bad = [
+        "{}: persistence mode {}".format(_label(g), _word(g["persistence_mode"]))
+        for g in gpus
+        if g["persistence_mode"] is not wanted
+    ]
+    return _per_gpu(gpus, bad, "persistence_mode", f"{_word(wanted)} on every GPU", wanted, actual)
+
+
+def _word(flag: bool | None) -> str:
+    return {True: "enabled", False: "disabled", None: "unknown"}[flag]
+
+
+def _ecc_mode(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    actual = [g["ecc_mode_current"] for g in gpus]
+    if all(v is None for v in actual):
+        return _check("ecc_mode", "skip", "ECC not supported by these GPUs", True, actual)
+    bad = [
+        "{}: ECC {}".format(_label(g), _word(g["ecc_mode_current"]))
+        for g in gpus
+        if g["ecc_mode_current"] is False
+    ]
+    bad += [
+        "{}: ECC {}, {} after reset".format(
+            _label(g), _word(g["ecc_mode_current"]), _word(g["ecc_mode_pending"])
+        )
+        for g in gpus
+        if g["ecc_mode_current"] and g["ecc_mode_pending"] is False
+    ]
+    return _per_gpu(gpus, bad, "ecc_mode", "ECC enabled on every GPU", True, actual)
+
+
+def _ecc_errors(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    actual = [g["ecc_volatile_uncorrectable"] for g in gpus]
+    bad = [
+        f"{_label(g)}: {g['ecc_volatile_uncorrectable']} volatile uncorrectable ECC error(s)"
+        for g in gpus
+        if g["ecc_volatile_uncorrectable"]
+    ]
+    return _per_gpu(gpus, bad, "ecc_errors", "no volatile uncorrectable ECC errors", 0, actual)
+
+
+def _remapped_rows(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    actual = [
+        {
+            "failure": g["remapped_rows_failure"],
+            "pending": g["remapped_rows_pending"],
+            "uncorrectable": g["remapped_rows_uncorrectable"],
+        }
+        for g in gpus
+    ]
+    if all(g["remapped_rows_failure"] is None for g in gpus):
+        return _check(
+            "remapped_rows", "skip", "row remapping not supported by these GPUs", None, actual
+        )
+    failed = [
+        f"{_label(g)}: row remapping failed (the GPU needs service)"
+        for g in gpus
+        if g["remapped_rows_failure"]
+    ]
+    if failed:
+        return _check("remapped_rows", "fail", "; ".join(failed), "no failure", actual)
+    pending = [
+        f"{_label(g)}: remapped rows pending, reset the GPU"
+        for g in gpus
+        if g["remapped_rows_pending"]
+    ]
+    return _per_gpu(
+        gpus,
+        pending,
+        "remapped_rows",
+        "no failed or pending row remapping",
+        "no failure",
+        actual,
+        status_when_bad="warn",
+    )
+
+
+def _pcie(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    actual = [
+        {
+            "gen": g["pcie_gen_current"],
+            "gen_max": g["pcie_gen_max"],
+            "width": g["pcie_width_current"],
+            "width_max": g["pcie_width_max"],
+        }
+        for g in gpus
+    ]
+    bad, idle = [], []
+    for gpu in gpus:
+        width, width_max = gpu["pcie_width_current"], gpu["pcie_width_max"]
+        if width is not None and width_max is not None and width < width_max:
+            bad.append(
+                f"{_label(gpu)}: PCIe link x{width} of max x{width_max} (check the slot and riser)"
+            )
+        gen, gen_max = gpu["pcie_gen_current"], gpu["pcie_gen_max"]
+        if gen is not None and gen_max is not None and gen < gen_max:
+            message = f"{_label(gpu)}: PCIe gen {gen} of max gen {gen_max}"
+            # An idle GPU may train its link down to save power; at P0 it must not.
+            if (gpu.get("performance_state") or "P0") not in ("P0", "P1", "P2"):
+                idle.append(message + " at {} (idle)".format(gpu["performance_state"]))
+            else:
+                bad.append(message)
+    if bad:
+        return _check("pcie_link", "fail", "; ".join(bad + idle), "current == max", actual)
+    return _per_gpu(
+        gpus,
+        idle,
+        "pcie_link",
+        "every link at its maximum generation and width",
+        "current == max",
+        actual,
+        status_when_bad="warn",
+    )
+
+
+def _mig(gpus: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
+    actual = [g["mig_mode_current"] for g in gpus]
+    if wanted == "any":
+        return _check(
+            "mig_mode",
+            "skip",
+            "MIG mode not asserted (gpu_node_check_mig_mode: any)",
+            wanted,
+            actual,
+        )
+    if all(v is None for v in actual):
+        return _check(
+            "mig_mode",
+            "fail" if wanted == "enabled" else "pass",
+            "these GPUs do not support MIG",
+            wanted,
+            actual,
+        )
+    flag = wanted == "enabled"
+    bad = [
+        "{}: MIG {}".format(_label(g), _word(g["mig_mode_current"]))
+        for g in gpus
+        if g["mig_mode_current"] is not flag and g["mig_mode_current"] is not None
+    ]
+    bad += [
+        "{}: MIG {} until reset".format(_label(g), _word(g["mig_mode_pending"]))
+        for g in gpus
+        if g["mig_mode_pending"] is not None and g["mig_mode_pending"] != g["mig_mode_current"]
+    ]
+    return _per_gpu(gpus, bad, "mig_mode", f"MIG {wanted} on every GPU", wanted, actual)
+
+
+def _topology(
+    topology: dict[str, Any] | None, gpus: list[dict[str, Any]], nvlink: bool | None
+) -> dict[str, Any]:
+    if not topology:
+        return _check("topology", "skip", "nvidia-smi topo -m gave no matrix", nvlink, None)
+    pairs, linked = topology["pairs"], len(topology["nvlink_pairs"])
+    actual = {"gpu_pairs": pairs, "nvlink_pairs": linked}
+    if pairs == 0:
+        return _check("topology", "skip", f"{len(gpus)} GPU: no peers to link", nvlink, actual)
+    detail = f"{linked} of {pairs} GPU pairs connected by NVLink"
+    if nvlink is None:
+        return _check("topology", "pass", detail + " (not asserted)", nvlink, actual)
+    if nvlink and linked < pairs:
+        return _check("topology", "fail", detail + ", all expected", True, actual)
+    return _check("topology", "pass", detail, nvlink, actual)
+
+
+def _temperature(gpus: list[dict[str, Any]], minimum: int) -> dict[str, Any]:
+    actual = [g["temperature_headroom_c"] for g in gpus]
+    if all(v is None for v in actual):
+        return _check(
+            "temperature_headroom", "skip", "no temperature limits reported", minimum, actual
+        )
+    bad = [
+        f"{_label(g)}: {g['temperature_headroom_c']} C below its slowdown limit, {minimum} C required"
+        for g in gpus
+        if g["temperature_headroom_c"] is not None and g["temperature_headroom_c"] < minimum
+    ]
+    return _per_gpu(
+        gpus,
+        bad,
+        "temperature_headroom",
+        f"at least {minimum} C below the slowdown limit (smallest margin {min(v for v in actual if v is not None)} C)",
+        minimum,
+        actual,
+    )
+
+
+def _power(gpus: list[dict[str, Any]], minimum_pct: float) -> dict[str, Any]:
+    actual = [
+        {
+            "draw_w": g["power_draw_w"],
+            "limit_w": g["power_limit_w"],
+            "max_limit_w": g["power_max_limit_w"],
+        }
+        for g in gpus
+    ]
+    measured = [g for g in gpus if g["power_draw_w"] is not None and g["power_limit_w"]]
+    if not measured:
+        return _check("power_headroom", "skip", "no power readings", minimum_pct, actual)
+    notes = []
+    for gpu in measured:
+        headroom = 100.0 * (1 - gpu["power_draw_w"] / gpu["power_limit_w"])
+        if headroom < minimum_pct:
+            notes.append(
+                "{}: drawing {:.0f} W of {:.0f} W ({:.0f}% headroom)".format(
+                    _label(gpu), gpu["power_draw_w"], gpu["power_limit_w"], headroom
+                )
+            )
+        if gpu["power_max_limit_w"] and gpu["power_limit_w"] < gpu["power_max_limit_w"]:
+            notes.append(
+                "{}: power limit {:.0f} W below its maximum {:.0f} W".format(
+                    _label(gpu), gpu["power_limit_w"], gpu["power_max_limit_w"]
+                )
+            )
+    # Power draw depends on the load at the moment of the check: worth a warning, not a verdict.
+    return _per_gpu(
+        gpus,
+        notes,
+        "power_headroom",
+        f"every GPU at least {minimum_pct:g}% below its power limit",
+        minimum_pct,
+        actual,
+        status_when_bad="warn",
+    )
+
+
+def _runtime_checks(runtimes: dict[str, dict[str, Any]], wanted: list[str]) -> list[dict[str, Any]]:
+    if not wanted:
+        return [
+            _check(
+                "container_runtime",
+                "skip",
+                "no container runtime expected (gpu_node_check_container_runtimes)",
+            )
+        ]
+    bad, seen = [], {}
+    for name in wanted:
+        state = runtimes.get(name) or {}
+        seen[name] = state.get("runtimes")
+        if not state.get("installed"):
+            bad.append(f"{name} is not installed")
+        elif state.get("error"):
+            bad.append("{}: {}".format(name, state["error"]))
+        elif "nvidia" not in (state.get("runtimes") or []):
+            bad.append(
+                "{} does not know the nvidia runtime (has: {})".format(
+                    name, ", ".join(state.get("runtimes") or []) or "none"
+                )
+            )
+    if bad:
+        return [_check("container_runtime", "fail", "; ".join(bad), "nvidia", seen)]
+    return [
+        _check(
+            "container_runtime",
+            "pass",
+            f"{' and '.join(wanted)} {'know' if len(wanted) > 1 else 'knows'} the nvidia runtime",
+            "nvidia",
+            seen,
+        )
+    ]

@@ -1,0 +1,80 @@
+"""Every role's meta/argument_specs.yml and defaults/main.yml describe the same variables.
+
+The site validation types inventory values by these specs, so a variable missing from them is
+silently unchecked and a spec without a default is a variable the role never reads. Variables
+named ``gpuinfra_*`` are shared by several roles and set by the play, so they have no default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[3] / "roles"
+ROLE_DIRS = sorted(p.parent.parent for p in ROLES.glob("*/meta/argument_specs.yml"))
+SHARED_PREFIX = "gpuinfra_"
+PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "path": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def options(role: Path) -> dict[str, Any]:
+    document = load(role / "meta" / "argument_specs.yml") or {}
+    return document["argument_specs"]["main"].get("options") or {}
+
+
+def defaults(role: Path) -> dict[str, Any]:
+    return load(role / "defaults" / "main.yml") or {}
+
+
+def owned(names: set[str]) -> set[str]:
+    return {name for name in names if not name.startswith(SHARED_PREFIX)}
+
+
+def test_the_node_roles_are_covered() -> None:
+    names = {role.name for role in ROLE_DIRS}
+    assert {"nvidia_driver", "nvidia_container_toolkit", "gpu_node_check"} <= names
+
+
+@pytest.mark.parametrize("role", ROLE_DIRS, ids=lambda p: p.name)
+def test_specs_and_defaults_name_the_same_variables(role: Path) -> None:
+    specified, defaulted = owned(set(options(role))), set(defaults(role))
+    assert not defaulted - specified, f"defaults without a spec: {sorted(defaulted - specified)}"
+    assert not specified - defaulted, f"specs without a default: {sorted(specified - defaulted)}"
+
+
+@pytest.mark.parametrize("role", ROLE_DIRS, ids=lambda p: p.name)
+def test_every_public_variable_is_prefixed_and_described(role: Path) -> None:
+    for name, spec in options(role).items():
+        assert name.startswith((role.name + "_", SHARED_PREFIX)), name
+        assert spec.get("type") in PYTHON_TYPES, f"{name}: type {spec.get('type')!r}"
+        assert str(spec.get("description") or "").strip(), f"{name}: no description"
+
+
+@pytest.mark.parametrize("role", ROLE_DIRS, ids=lambda p: p.name)
+def test_literal_defaults_have_the_specified_type_and_choice(role: Path) -> None:
+    specs = options(role)
+    for name, value in defaults(role).items():
+        spec = specs.get(name)
+        if spec is None or value is None or (isinstance(value, str) and "{{" in value):
+            continue
+        expected = PYTHON_TYPES[spec["type"]]
+        assert isinstance(value, expected), f"{name}: {value!r} is not {spec['type']}"
+        assert not (isinstance(value, bool) and bool not in expected), f"{name}: bool"
+        choices = spec.get("choices")
+        if choices:
+            values: list[Any] = value if isinstance(value, list) else [value]
+            assert set(values) <= set(choices), f"{name}: {value!r} not in {choices}"

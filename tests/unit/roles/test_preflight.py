@@ -1,0 +1,60 @@
+"""Bad inventory values stop nodes.yml in preflight, before anything is installed.
+
+The play runs against this machine with only the preflight tag: every task it reaches is read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def preflight(tmp_path: Path, *extra_vars: str) -> subprocess.CompletedProcess[str]:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "gpu_nodes:\n  hosts:\n    localhost:\n"
+        f"      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n"
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_FACT_CACHING": "memory",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory)]
+    for value in extra_vars:
+        args += ["-e", value]
+    return subprocess.run(
+        [*args, "--tags", "preflight", "playbooks/nodes.yml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_unsupported_install_source_names_the_allowed_ones(tmp_path: Path) -> None:
+    result = preflight(tmp_path, "nvidia_driver_source=runfile")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "nvidia_driver_source" in output
+    assert "runfile" in output
+    assert "distro, cuda_repo, preinstalled" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_unpinned_driver_version_says_to_bump_versions_yaml(tmp_path: Path) -> None:
+    result = preflight(tmp_path, "nvidia_driver_version=535.999.01")
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_driver_version '535.999.01' is not pinned for source 'distro'" in output
+    assert "versions.yaml pins 535.261.03" in output
