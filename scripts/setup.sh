@@ -5,9 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# podman, runc and debootstrap run the lab hosts; prometheus brings promtool for the alert
-# rules; git drives `gpuinfra diff`; python3-venv creates the virtual environment.
-APT_PACKAGES=(git podman runc debootstrap prometheus python3-venv ca-certificates openssh-client)
+# podman, runc and debootstrap run the lab hosts; apt-cacher-ng caches their Debian packages;
+# dpkg-dev and gnupg build and sign the stand-in toolkit repository; prometheus brings promtool
+# for the alert rules; git drives `gpuinfra diff`; python3-venv creates the virtual environment.
+APT_PACKAGES=(git podman runc debootstrap apt-cacher-ng dpkg-dev gnupg prometheus python3-venv
+  ca-certificates openssh-client)
 UV_VERSION=0.13.9
 
 missing=()
@@ -19,6 +21,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The lab runs its own apt-cacher-ng on loopback, forwarding to Debian only; the packaged
+  # service would listen on every interface and forward anywhere.
+  if [[ " ${missing[*]} " == *" apt-cacher-ng "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now apt-cacher-ng >/dev/null 2>&1 || true
+  fi
 fi
 
 if [ ! -x .venv/bin/uv ]; then

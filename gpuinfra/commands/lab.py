@@ -1,10 +1,228 @@
-"""CLI commands: lab."""
+"""CLI commands: ``lab up|down|status`` and ``converge`` (a playbook with a live view)."""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from gpuinfra import lab as lab_mod
+from gpuinfra import runner
+from gpuinfra.errors import CheckFailed
+
+lab_app = typer.Typer(help="Local Debian 12 lab hosts (podman containers booting systemd).")
+
+Prefix = Annotated[
+    str | None,
+    typer.Option(help="Lab name prefix [env GPUINFRA_LAB_PREFIX; default gpuinfra-lab]"),
+]
+PortBase = Annotated[
+    int | None,
+    typer.Option(help="Host N listens on 127.0.0.1:BASE+N [env GPUINFRA_LAB_PORT_BASE; 2200]"),
+]
+
+_STATUS_STYLE = {
+    "pass": "green",
+    "ok": "green",
+    "fail": "bold red",
+    "failed": "bold red",
+    "unreachable": "bold red",
+    "warn": "yellow",
+    "skip": "dim",
+}
+
+
+def _out() -> Any:
+    from gpuinfra.cli import out
+
+    return out
+
+
+@lab_app.command("up")
+def lab_up(
+    hosts: Annotated[int, typer.Option(help="How many hosts")] = 2,
+    prefix: Prefix = None,
+    port_base: PortBase = None,
+) -> None:
+    """Start the lab hosts (kept when running) and write their inventory."""
+    out = _out()
+    settings = lab_mod.Settings.from_env(prefix, port_base)
+    started = lab_mod.up(settings, hosts, log=lambda line: out.print(f"lab: {escape(line)}"))
+    for host in started:
+        out.print(f"lab: {host.name} ready on 127.0.0.1:{host.port}")
+    shown = settings.hosts_file.relative_to(settings.root)
+    out.print(f"lab: inventory written to {shown}")
+
+
+@lab_app.command("down")
+def lab_down(prefix: Prefix = None, port_base: PortBase = None) -> None:
+    """Remove the lab's containers, repository server and generated inventory."""
+    settings = lab_mod.Settings.from_env(prefix, port_base)
+    removed = lab_mod.down(settings)
+    _out().print(f"lab: removed {', '.join(removed) if removed else 'nothing (no hosts)'}")
+
+
+@lab_app.command("status")
+def lab_status(prefix: Prefix = None, port_base: PortBase = None) -> None:
+    """List the lab's hosts, their state and SSH port."""
+    settings = lab_mod.Settings.from_env(prefix, port_base)
+    table = Table(title=f"lab {settings.prefix}")
+    for column in ("host", "state", "ssh"):
+        table.add_column(column)
+    for host in lab_mod.hosts(settings):
+        style = "green" if host.state == "running" else "yellow"
+        table.add_row(host.name, f"[{style}]{host.state}[/]", f"127.0.0.1:{host.port}")
+    out = _out()
+    out.print(table)
+    proxy = "running" if lab_mod.proxy_listening(settings.proxy_port) else "not running"
+    out.print(f"apt proxy 127.0.0.1:{settings.proxy_port}: {proxy}")
+
+
+def _live_view(progress: runner.Progress, started: float) -> Group:
+    elapsed = time.monotonic() - started
+    head = Text.assemble(
+        (f"{elapsed:6.0f}s ", "dim"), (progress.play or "starting", "bold"), "  ", progress.task
+    )
+    table = Table(expand=False, show_edge=False)
+    for column in ("host", "status", "ok", "changed", "failed", "task"):
+        table.add_column(column)
+    for name, state in sorted(progress.hosts.copy().items()):
+        style = _STATUS_STYLE.get(state.status, "")
+        table.add_row(
+            name,
+            f"[{style}]{state.status}[/]" if style else state.status,
+            str(state.ok),
+            str(state.changed),
+            str(state.failed),
+            escape(state.task),
+        )
+    return Group(head, table)
+
+
+def recap_table(result: runner.RunResult) -> Table:
+    table = Table(title="PLAY RECAP")
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for host, counts in result.recap.items():
+        failed = counts["failures"]
+        dark = counts["dark"]
+        table.add_row(
+            host,
+            str(counts["ok"]),
+            f"[yellow]{counts['changed']}[/]" if counts["changed"] else "0",
+            f"[bold red]{failed}[/]" if failed else "0",
+            f"[bold red]{dark}[/]" if dark else "0",
+            str(counts["skipped"]),
+        )
+    return table
+
+
+def report_table(host: str, report: dict[str, Any]) -> Table:
+    summary = str(report.get("summary", ""))
+    style = _STATUS_STYLE.get(summary, "yellow")
+    table = Table(title=f"node check {escape(host)}: [{style}]{escape(summary)}[/]")
+    for column in ("check", "status", "expected", "actual", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in report.get("checks") or []:
+        status = str(check.get("status", ""))
+        table.add_row(
+            escape(str(check.get("name", ""))),
+            f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            escape(_cell(check.get("expected"))),
+            escape(_cell(check.get("actual"))),
+            escape(_cell(check.get("detail"))),
+        )
+    return table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def converge(
+    site: Annotated[
+        Path | None, typer.Option(help="Inventory directory [default: the lab's]")
+    ] = None,
+    playbook: Annotated[str, typer.Option(help="Playbook under playbooks/")] = "nodes.yml",
+    limit: Annotated[str | None, typer.Option(help="Only these hosts (Ansible pattern)")] = None,
+    report_json: Annotated[
+        Path | None, typer.Option(help="Also write recap and node check reports here")
+    ] = None,
+) -> None:
+    """Run a playbook on a site with a live view; end with the recap and node check tables."""
+    from gpuinfra import site as site_mod
+
+    out = _out()
+    site_dir = site or lab_mod.Settings.from_env().inventory_dir
+    # A bad inventory value stops here, before any host is touched.
+    loaded = site_mod.load_site(site_dir)
+    book = runner.find_playbook(playbook)
+    started = time.monotonic()
+    out.print(f"converge: {book.name} on {loaded.name} ({len(loaded.hosts)} hosts)")
+    if out.is_terminal:
+        live = Live(console=out, refresh_per_second=4, transient=False)
+        with live:
+            result = runner.converge(
+                book,
+                site_dir / "hosts.yml",
+                limit=limit,
+                on_event=lambda _e, p: live.update(_live_view(p, started)),
+            )
+    else:
+        result = runner.converge(
+            book,
+            site_dir / "hosts.yml",
+            limit=limit,
+            on_event=lambda e, p: _log_line(out, e, p, started),
+        )
+    out.print(recap_table(result))
+    for host, report in sorted(result.reports.items()):
+        out.print(report_table(host, report))
+    if report_json is not None:
+        document = {
+            "status": result.status,
+            "recap": result.recap,
+            "failures": [f.__dict__ for f in result.failures],
+            "reports": result.reports,
+        }
+        report_json.write_text(json.dumps(document, indent=2) + "\n")
+    out.print(f"converge: {result.status} in {time.monotonic() - started:.0f}s")
+    if not result.ok:
+        lines = [str(f) for f in result.failures] or [
+            f"ansible-playbook ended {result.status} (rc {result.rc}); "
+            f"events in {result.artifact_dir}"
+        ]
+        raise CheckFailed(lines)
+
+
+def _log_line(out: Any, event: runner.Event, progress: runner.Progress, started: float) -> None:
+    """Without a terminal (CI logs, pipes) progress is one line per task and per problem."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    stamp = f"{time.monotonic() - started:6.0f}s"
+    if kind == "playbook_on_task_start":
+        out.print(f"{stamp} {escape(progress.play)} | {escape(progress.task)}", highlight=False)
+    elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+        out.print(f"{stamp}   changed: {escape(str(data.get('host')))}", highlight=False)
+    elif (
+        kind in ("runner_on_failed", "runner_on_unreachable")
+        and progress.failures
+        and not data.get("ignore_errors")
+    ):
+        out.print(f"{stamp}   [bold red]{escape(str(progress.failures[-1]))}[/]")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `gpuinfra` app."""
-    del app
+    app.add_typer(lab_app, name="lab")
+    app.command("converge")(converge)

@@ -1,0 +1,156 @@
+"""Converge timings of playbooks/nodes.yml on N lab hosts, against two floors.
+
+For each N: the first converge of N fresh hosts, the no-op re-converge, the fact-gathering
+floor (``ansible -m setup`` on the same hosts) and the package floor (one ``apt-get install`` of
+the same package set, with the same apt pin, on one more fresh host). Prints the ratios and
+writes JSON. Targets: re-converge <= 2x the fact floor; first converge <= 1.5x the package floor
+plus the fact floor.
+
+    .venv/bin/python benchmarks/nodes.py --hosts 1,2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuinfra import aptrepo, lab, runner, versions
+from gpuinfra.paths import repo_root
+
+ROOT = repo_root()
+
+
+def timed(action: Any) -> tuple[float, Any]:
+    start = time.monotonic()
+    value = action()
+    return time.monotonic() - start, value
+
+
+def ssh(settings: lab.Settings, port: int, script: str) -> str:
+    proc = subprocess.run(lab.ssh_command(settings, port, script), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"on port {port}: {script[:60]}... failed: {proc.stderr[-400:]}")
+    return proc.stdout
+
+
+def package_set() -> list[str]:
+    pins = versions.pinned()
+    driver = pins.driver("distro").source
+    toolkit = pins.nvidia_container_toolkit.source
+    containerd = pins.containerd.source
+    return (
+        [f"{p}={driver.package_version}" for p in driver.packages]
+        + [f"{p}={toolkit.package_version}" for p in toolkit.packages]
+        + [f"{p}={containerd.package_version}" for p in containerd.packages]
+    )
+
+
+def package_floor(settings: lab.Settings, floor: lab.Host, donor: lab.Host) -> float:
+    """apt-get update + install of the converge's package set on a fresh host.
+
+    The fresh host gets the converged host's apt sources, keys and pins first, so apt solves
+    the same transaction the roles ask for.
+    """
+    apt_state = subprocess.run(
+        lab.ssh_command(
+            settings,
+            donor.port,
+            "tar -C / -cf - --exclude=etc/apt/apt.conf.d/01gpuinfra-proxy "
+            "etc/apt/sources.list etc/apt/sources.list.d etc/apt/preferences.d etc/apt/keyrings",
+        ),
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(
+        lab.ssh_command(settings, floor.port, "tar -C / -xf -"), input=apt_state, check=True
+    )
+    install = (
+        "apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -y -qq "
+        "--no-install-recommends --allow-downgrades install " + " ".join(package_set())
+    )
+    seconds, _ = timed(lambda: ssh(settings, floor.port, install))
+    return seconds
+
+
+def fact_floor(inventory: Path, limit: str) -> float:
+    cmd = [str(Path(sys.executable).parent / "ansible"), "-i", str(inventory), limit]
+    cmd += ["-m", "ansible.builtin.setup"]
+    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": "/usr/bin:/bin"}
+    seconds, proc = timed(
+        lambda: subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, check=False)
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"ansible -m setup failed: {proc.stdout[-400:]!r}")
+    return float(seconds)
+
+
+def measure(settings: lab.Settings, count: int, url: str) -> dict[str, Any]:
+    lab.down(settings)
+    started = lab.up(settings, count + 1, repo_url=url)
+    nodes, floor = started[:count], started[count]
+    limit = ",".join(h.name for h in nodes)
+    playbook = ROOT / "playbooks" / "nodes.yml"
+    first_s, first = timed(lambda: runner.converge(playbook, settings.hosts_file, limit=limit))
+    if not first.ok:
+        raise SystemExit(f"first converge failed: {[str(f) for f in first.failures]}")
+    facts_s = fact_floor(settings.hosts_file, limit)
+    again_s, again = timed(lambda: runner.converge(playbook, settings.hosts_file, limit=limit))
+    packages_s = package_floor(settings, floor, nodes[0])
+    return {
+        "hosts": count,
+        "first_converge_s": round(first_s, 1),
+        "reconverge_s": round(again_s, 1),
+        "reconverge_changed": sum(again.changed().values()),
+        "fact_floor_s": round(facts_s, 1),
+        "package_floor_s": round(packages_s, 1),
+        "reconverge_over_fact_floor": round(again_s / facts_s, 2),
+        "first_over_package_plus_fact_floor": round(first_s / (packages_s + facts_s), 2),
+        "targets": {"reconverge_over_fact_floor": 2.0, "first_over_package_plus_fact_floor": 1.5},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="1,2,4", help="comma-separated host counts")
+    parser.add_argument("--prefix", default="gpuinfrabench")
+    parser.add_argument("--port-base", type=int, default=2700)
+    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/nodes.json")
+    args = parser.parse_args()
+    settings = lab.Settings.from_env(prefix=args.prefix, port_base=args.port_base)
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-bench-") as work:
+        repo = aptrepo.build(Path(work) / "repo")
+        results = run_all(settings, [int(n) for n in args.hosts.split(",")], repo.path)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"benchmark": "nodes", "results": results}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+def run_all(settings: lab.Settings, counts: list[int], repo: Path) -> list[dict[str, Any]]:
+    results = []
+    with aptrepo.serving(repo) as server:
+        try:
+            for count in counts:
+                row = measure(settings, count, server.url)
+                results.append(row)
+                print(
+                    f"N={count}: first {row['first_converge_s']}s, re-converge "
+                    f"{row['reconverge_s']}s (changed={row['reconverge_changed']}), fact floor "
+                    f"{row['fact_floor_s']}s, package floor {row['package_floor_s']}s | "
+                    f"re/fact {row['reconverge_over_fact_floor']}x (target <=2), "
+                    f"first/(pkg+fact) {row['first_over_package_plus_fact_floor']}x "
+                    "(target <=1.5)",
+                    flush=True,
+                )
+        finally:
+            lab.down(settings)
+    return results
+
+
+if __name__ == "__main__":
+    main()

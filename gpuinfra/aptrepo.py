@@ -1,0 +1,346 @@
+"""A stand-in for NVIDIA's container toolkit apt repository, served on loopback.
+
+NVIDIA's repositories are out of reach from the lab, and an air-gapped site points the
+``nvidia_container_toolkit`` role at a mirror anyway. This module builds that mirror: packages
+named and versioned exactly as versions.yaml pins NVIDIA's, a flat repository (``Packages``,
+``Release``, ``InRelease`` signed with a throwaway key, the key exported as ``gpgkey``) and an
+HTTP server bound to 127.0.0.1.
+
+The packages carry small stand-ins for the binaries the role calls: ``nvidia-ctk`` writes a real
+containerd drop-in (or merges Docker's daemon.json) and a CDI spec, and
+``nvidia-container-runtime`` hands over to runc, so containerd accepts the configuration as it
+would NVIDIA's.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from email.utils import formatdate
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from gpuinfra import versions as versions_mod
+from gpuinfra.errors import ToolError
+
+KEY_FILE = "gpgkey"
+_KEY_UID = "gpuinfra stand-in repository <lab@gpuinfra.invalid>"
+
+_NVIDIA_CTK = r"""#!/bin/sh
+# Stand-in for NVIDIA's nvidia-ctk: the subcommands the nvidia_container_toolkit role calls.
+set -eu
+VERSION="@VERSION@"
+
+usage() { echo "usage: nvidia-ctk [--version] runtime configure|cdi generate ..." >&2; exit 2; }
+
+write_if_changed() {  # path, content on stdin; leaves an identical file untouched
+  tmp="$(mktemp)"
+  cat >"$tmp"
+  if [ -f "$1" ] && cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 0; fi
+  mkdir -p "$(dirname "$1")"
+  mv "$tmp" "$1"
+  chmod 0644 "$1"
+  echo "Wrote updated config to $1"
+}
+
+containerd_dropin() {  # default-runtime flag
+  echo 'version = 2'
+  echo
+  echo '[plugins]'
+  echo '  [plugins."io.containerd.grpc.v1.cri"]'
+  echo '    [plugins."io.containerd.grpc.v1.cri".containerd]'
+  [ "$1" = true ] && echo '      default_runtime_name = "nvidia"'
+  echo '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]'
+  echo '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+  echo '          privileged_without_host_devices = false'
+  echo '          runtime_type = "io.containerd.runc.v2"'
+  echo '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]'
+  echo '            BinaryName = "/usr/bin/nvidia-container-runtime"'
+}
+
+docker_merge() {  # path, default-runtime flag: merge into an existing daemon.json
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+path, default = sys.argv[1], sys.argv[2] == "true"
+config = {}
+if os.path.exists(path) and os.path.getsize(path):
+    with open(path) as f:
+        config = json.load(f)
+config.setdefault("runtimes", {})["nvidia"] = {"args": [], "path": "nvidia-container-runtime"}
+if default:
+    config["default-runtime"] = "nvidia"
+print(json.dumps(config, indent=4, sort_keys=True))
+PY
+}
+
+runtime_configure() {
+  runtime="" config="" default=false
+  for arg in "$@"; do
+    case "$arg" in
+      --runtime=*) runtime="${arg#*=}" ;;
+      --config=*) config="${arg#*=}" ;;
+      --set-as-default|--set-as-default=true) default=true ;;
+      --set-as-default=false) default=false ;;
+      *) echo "nvidia-ctk runtime configure: unsupported flag $arg" >&2; exit 2 ;;
+    esac
+  done
+  case "$runtime" in
+    containerd)
+      containerd_dropin "$default" | write_if_changed "${config:-/etc/containerd/conf.d/99-nvidia.toml}" ;;
+    docker)
+      config="${config:-/etc/docker/daemon.json}"
+      docker_merge "$config" "$default" | write_if_changed "$config" ;;
+    *) echo "nvidia-ctk runtime configure: unsupported runtime '$runtime'" >&2; exit 2 ;;
+  esac
+}
+
+cdi_generate() {
+  output=""
+  for arg in "$@"; do
+    case "$arg" in
+      --output=*) output="${arg#*=}" ;;
+      *) ;;
+    esac
+  done
+  [ -n "$output" ] || { echo "nvidia-ctk cdi generate: --output is required" >&2; exit 2; }
+  # No GPU is visible here, so the spec names the kind and no devices.
+  printf '%s\n' '---' 'cdiVersion: 0.5.0' 'kind: nvidia.com/gpu' 'devices: []' \
+    'containerEdits: {}' | write_if_changed "$output"
+}
+
+case "${1:-}" in
+  --version|-v) printf 'NVIDIA Container Toolkit CLI version %s\ncommit: stand-in\n' "$VERSION" ;;
+  runtime) [ "${2:-}" = configure ] || usage; shift 2; runtime_configure "$@" ;;
+  cdi) [ "${2:-}" = generate ] || usage; shift 2; cdi_generate "$@" ;;
+  *) usage ;;
+esac
+"""
+
+_RUNTIME = """#!/bin/sh
+# Stand-in for nvidia-container-runtime: no GPU to inject, so containers run under plain runc.
+exec runc "$@"
+"""
+
+_CONTAINER_CLI = """#!/bin/sh
+# Stand-in for nvidia-container-cli: reports its version, finds no GPU.
+case "${1:-}" in
+  --version|-V) printf 'cli-version: %s\\nlib-version: %s\\n' "@VERSION@" "@VERSION@" ;;
+  *) echo "nvidia-container-cli: initialization error: nvml error: driver not loaded" >&2; exit 1 ;;
+esac
+"""
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """One package: its name, what it depends on, and the files it ships."""
+
+    name: str
+    description: str
+    depends: tuple[str, ...]
+    files: dict[str, str]
+
+
+def stand_ins(version: str, package_version: str) -> list[StandIn]:
+    """NVIDIA's four toolkit packages with their real names and inter-package dependencies."""
+
+    def pinned(name: str) -> str:
+        return f"{name} (= {package_version})"
+
+    return [
+        StandIn(
+            "libnvidia-container1",
+            "NVIDIA container runtime library (stand-in)",
+            (),
+            {"usr/share/doc/libnvidia-container1/VERSION": f"{version}\n"},
+        ),
+        StandIn(
+            "libnvidia-container-tools",
+            "NVIDIA container runtime library, command-line tools (stand-in)",
+            (pinned("libnvidia-container1"),),
+            {"usr/bin/nvidia-container-cli": _CONTAINER_CLI.replace("@VERSION@", version)},
+        ),
+        StandIn(
+            "nvidia-container-toolkit-base",
+            "NVIDIA Container Toolkit base: nvidia-ctk (stand-in)",
+            (),
+            {"usr/bin/nvidia-ctk": _NVIDIA_CTK.replace("@VERSION@", version)},
+        ),
+        StandIn(
+            "nvidia-container-toolkit",
+            "NVIDIA Container Toolkit: runtime wrapper (stand-in)",
+            (pinned("nvidia-container-toolkit-base"), pinned("libnvidia-container-tools")),
+            {"usr/bin/nvidia-container-runtime": _RUNTIME},
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A built flat repository: its directory and the packages it holds."""
+
+    path: Path
+    packages: tuple[str, ...]
+    package_version: str
+
+    @property
+    def key_file(self) -> Path:
+        return self.path / KEY_FILE
+
+
+def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(cmd, check=True, capture_output=True, **kwargs)
+    except FileNotFoundError:
+        raise ToolError(f"{cmd[0]} is not installed; run scripts/setup.sh") from None
+    except subprocess.CalledProcessError as exc:
+        detail = exc.stderr.decode(errors="replace").strip().splitlines()
+        raise ToolError(
+            f"{' '.join(cmd[:2])} failed: {detail[-1] if detail else exc.returncode}"
+        ) from None
+
+
+def _build_deb(pkg: StandIn, package_version: str, out: Path, work: Path) -> Path:
+    root = work / pkg.name
+    (root / "DEBIAN").mkdir(parents=True)
+    for rel, content in pkg.files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(0o755 if rel.startswith("usr/bin/") else 0o644)
+    control = [
+        f"Package: {pkg.name}",
+        f"Version: {package_version}",
+        "Architecture: amd64",
+        "Maintainer: gpuinfra <lab@gpuinfra.invalid>",
+        "Section: utils",
+        "Priority: optional",
+    ]
+    if pkg.depends:
+        control.append(f"Depends: {', '.join(pkg.depends)}")
+    control.append(f"Description: {pkg.description}")
+    (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+    deb = out / f"{pkg.name}_{package_version}_amd64.deb"
+    _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+    return deb
+
+
+def _release(repo: Path) -> str:
+    lines = [
+        "Origin: gpuinfra",
+        "Label: gpuinfra stand-in for NVIDIA container toolkit",
+        f"Date: {formatdate(usegmt=True)}",
+        "Architectures: amd64",
+    ]
+    files = [repo / "Packages", repo / "Packages.gz"]
+    for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
+        lines.append(f"{field}:")
+        for file in files:
+            data = file.read_bytes()
+            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {file.name}")
+    return "\n".join(lines) + "\n"
+
+
+def _sign(repo: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-gpg-") as home:
+        gpg = ["gpg", "--batch", "--quiet", "--homedir", home, "--pinentry-mode", "loopback"]
+        _run([*gpg, "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign", "1d"])
+        _run([*gpg, "--armor", "--output", str(repo / KEY_FILE), "--export", _KEY_UID])
+        _run(
+            [
+                *gpg,
+                "--local-user",
+                _KEY_UID,
+                "--clearsign",
+                "--output",
+                str(repo / "InRelease"),
+                str(repo / "Release"),
+            ]
+        )
+        _run(
+            [
+                *gpg,
+                "--local-user",
+                _KEY_UID,
+                "--armor",
+                "--detach-sign",
+                "--output",
+                str(repo / "Release.gpg"),
+                str(repo / "Release"),
+            ]
+        )
+
+
+def build(dest: Path, versions: versions_mod.Versions | None = None) -> Repository:
+    """Build the signed flat repository of the pinned toolkit packages into ``dest``."""
+    pins = versions or versions_mod.pinned()
+    toolkit = pins.nvidia_container_toolkit
+    package_version = toolkit.source.package_version or f"{toolkit.version}-1"
+    packages = stand_ins(toolkit.version, package_version)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-debs-") as work:
+        for pkg in packages:
+            _build_deb(pkg, package_version, dest, Path(work))
+    scanned = _run(["dpkg-scanpackages", "--multiversion", "."], cwd=dest).stdout
+    (dest / "Packages").write_bytes(scanned)
+    (dest / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
+    (dest / "Release").write_text(_release(dest))
+    _sign(dest)
+    return Repository(dest, tuple(p.name for p in packages), package_version)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+
+class Server:
+    """The repository over HTTP on 127.0.0.1; port 0 picks a free one."""
+
+    def __init__(self, directory: Path, port: int = 0) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def key_url(self) -> str:
+        return self.url + KEY_FILE
+
+    def start(self) -> Server:
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@contextmanager
+def serving(directory: Path, port: int = 0) -> Iterator[Server]:
+    """Serve ``directory`` in a background thread for the duration of the block."""
+    server = Server(directory, port).start()
+    try:
+        yield server
+    finally:
+        server.stop()

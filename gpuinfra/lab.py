@@ -1,0 +1,524 @@
+"""The lab: real Debian 12 hosts as podman containers that boot systemd, reached over SSH.
+
+Each host is a container of a debootstrap image, started as root with runc and cgroupfs (crun
+fails on this machine's cgroups), podman's default ulimits switched off through a containers.conf
+of the project's own, systemd as PID 1 and the host's network. Each host's sshd listens on its
+own port on 127.0.0.1 only. Debian packages come through a caching apt proxy on loopback
+(apt-cacher-ng, forwarding to Debian's archive and nothing else), so a package is downloaded once
+for every host and every run.
+
+A lab is named by a prefix: containers carry the label ``gpuinfra.lab=<prefix>`` and ``down``
+removes exactly those, so a test suite's lab, a developer's lab and another developer's lab
+(each with its own prefix and port base) live side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.paths import repo_root
+
+LABEL = "gpuinfra.lab"
+DEFAULT_PREFIX = "gpuinfra-lab"
+DEFAULT_PORT_BASE = 2200
+DEFAULT_PROXY_PORT = 3143
+CACHE_DIR = Path(os.environ.get("GPUINFRA_LAB_CACHE", "/var/cache/gpuinfra"))
+SUITE = "bookworm"
+INCLUDE = ("systemd-sysv", "openssh-server", "python3", "sudo", "gnupg", "ca-certificates")
+ARCHIVE = "http://deb.debian.org/debian"
+_SOURCES = f"""\
+deb {ARCHIVE} {SUITE} main non-free non-free-firmware
+deb {ARCHIVE} {SUITE}-updates main non-free non-free-firmware
+deb http://deb.debian.org/debian-security {SUITE}-security main non-free non-free-firmware
+"""
+# Only remapped repositories are forwarded (ForceManaged): Debian's archive and its security
+# archive. Any other URL asked of the proxy is refused.
+_ACNG_CONF = """\
+CacheDir: {base}/cache
+LogDir: {base}/log
+SupportDir: /usr/lib/apt-cacher-ng
+Port: {port}
+BindAddress: 127.0.0.1
+ForceManaged: 1
+Remap-debrep: deb.debian.org/debian /debian ; http://deb.debian.org/debian/
+Remap-secdeb: deb.debian.org/debian-security security.debian.org/debian-security \
+/debian-security ; http://deb.debian.org/debian-security/
+PidFile: {base}/run/pid
+SocketPath: {base}/run/socket
+ExThreshold: 4
+"""
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Which lab: its name prefix, SSH port base, apt proxy port and where its files go."""
+
+    prefix: str = DEFAULT_PREFIX
+    port_base: int = DEFAULT_PORT_BASE
+    proxy_port: int = DEFAULT_PROXY_PORT
+    root: Path = field(default_factory=repo_root)
+
+    @classmethod
+    def from_env(cls, prefix: str | None = None, port_base: int | None = None) -> Settings:
+        """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / GPUINFRA_APT_PROXY_PORT."""
+        prefix = prefix or os.environ.get("GPUINFRA_LAB_PREFIX") or DEFAULT_PREFIX
+        if not prefix[0].isalpha() or not set(prefix) <= _NAME_OK:
+            raise UsageError(
+                f"lab prefix {prefix!r}: use lowercase letters, digits and '-', starting with a letter"
+            )
+        base = port_base or _env_int("GPUINFRA_LAB_PORT_BASE", DEFAULT_PORT_BASE)
+        proxy = _env_int("GPUINFRA_APT_PROXY_PORT", DEFAULT_PROXY_PORT)
+        for name, value in (("port base", base), ("apt proxy port", proxy)):
+            if not 1024 <= value <= 65000:
+                raise UsageError(f"lab {name} {value}: allowed 1024-65000")
+        return cls(prefix=prefix, port_base=base, proxy_port=proxy)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".lab" / self.prefix
+
+    @property
+    def key_file(self) -> Path:
+        return self.state_dir / "id_ed25519"
+
+    @property
+    def inventory_dir(self) -> Path:
+        # The default lab is the one users converge by name; others keep theirs in .lab/.
+        if self.prefix == DEFAULT_PREFIX:
+            return self.root / "inventory" / "lab"
+        return self.state_dir / "inventory"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.inventory_dir / "hosts.yml"
+
+    def host_name(self, index: int) -> str:
+        return f"{self.prefix}-{index}"
+
+    def host_port(self, index: int) -> int:
+        return self.port_base + index
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a port number") from None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    port: int
+    state: str
+
+
+# --- podman ---------------------------------------------------------------------------------
+
+
+def _containers_conf() -> Path:
+    # podman's default ulimits are refused on this machine; /etc stays untouched.
+    path = CACHE_DIR / "lab" / "containers.conf"
+    text = "[containers]\ndefault_ulimits = []\n"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+def podman(*args: str, check: bool = True, timeout: float = 600) -> str:
+    """Run podman as the lab needs it (runc, cgroupfs, the project's containers.conf)."""
+    env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
+    cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", *args]
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        raise ToolError("podman is not installed; run scripts/setup.sh") from None
+    if check and proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise ToolError(f"podman {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+    return proc.stdout
+
+
+def image_name() -> str:
+    """The image tag changes with the recipe, so a changed recipe builds a new image."""
+    recipe = f"{SUITE} minbase {','.join(INCLUDE)} {_SOURCES}"
+    return f"localhost/gpuinfra-lab:{SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+
+
+def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -> str:
+    """The lab image, built once with debootstrap through the apt proxy and kept by podman."""
+    name = image_name()
+    if _image_exists(name):
+        return name
+    log(f"building {name} with debootstrap (once)")
+    work = CACHE_DIR / "lab"
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rootfs-", dir=work) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        mirror = f"http://127.0.0.1:{proxy_port}/debian"
+        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}"]
+        cmd += [SUITE, str(rootfs), mirror]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            raise ToolError("debootstrap is not installed; run scripts/setup.sh") from None
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            raise ToolError(f"debootstrap failed: {' '.join(tail)}")
+        (rootfs / "etc/apt/sources.list").write_text(_SOURCES)
+        # systemd makes a machine id from the container's on first boot.
+        (rootfs / "etc/machine-id").write_text("")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
+        imported = subprocess.run(
+            ["podman", "import", "--change", "CMD=/sbin/init", "-", name],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        tar.wait()
+        if imported.returncode != 0 or tar.returncode != 0:
+            raise ToolError(f"podman import failed: {imported.stderr.strip()}")
+    return name
+
+
+def _image_exists(name: str) -> bool:
+    env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
+    return subprocess.run(["podman", "image", "exists", name], env=env, check=False).returncode == 0
+
+
+# --- apt proxy ------------------------------------------------------------------------------
+
+
+def proxy_listening(port: int) -> bool:
+    """Whether something answers on 127.0.0.1:port."""
+    return _listening(port)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def proxy_dir() -> Path:
+    return CACHE_DIR / "apt-cacher-ng"
+
+
+def ensure_proxy(port: int) -> bool:
+    """Start apt-cacher-ng on 127.0.0.1:port unless one answers there; True when started."""
+    if _listening(port):
+        return False
+    base = proxy_dir()
+    for sub in ("cache", "log", "run", "conf"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    (base / "conf" / "acng.conf").write_text(_ACNG_CONF.format(base=base, port=port))
+    binary = shutil.which("apt-cacher-ng") or "/usr/sbin/apt-cacher-ng"
+    if not Path(binary).exists():
+        raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
+    subprocess.run([binary, "-c", str(base / "conf"), "ForeGround=0"], check=True)
+    _wait_for(lambda: _listening(port), 20, f"apt-cacher-ng on 127.0.0.1:{port}")
+    return True
+
+
+def stop_proxy(port: int) -> bool:
+    """Stop the apt-cacher-ng the lab started (its pid file), if it still runs."""
+    pid_file = proxy_dir() / "run" / "pid"
+    pid = _read_pid(pid_file)
+    if pid is None or "apt-cacher-ng" not in _cmdline(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    _wait_for(lambda: not _listening(port), 20, "apt-cacher-ng to stop")
+    return True
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for(ready: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise ToolError(f"timed out after {seconds:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+# --- stand-in toolkit repository (for the lab's own use) ------------------------------------
+
+
+def _start_repo_server(settings: Settings) -> str:
+    """Build the stand-in toolkit repository and serve it from a detached process."""
+    from gpuinfra import aptrepo
+
+    state = _load_state(settings)
+    pid = state.get("repo_pid")
+    if isinstance(pid, int) and str(settings.state_dir / "aptrepo") in _cmdline(pid):
+        return str(state["repo_url"])
+    repo = aptrepo.build(settings.state_dir / "aptrepo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = (settings.state_dir / "aptrepo.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(repo.path),
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    _wait_for(lambda: _listening(port), 20, f"the toolkit repository on 127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}/"
+    _save_state(settings, {**state, "repo_pid": proc.pid, "repo_url": url})
+    return url
+
+
+def _stop_repo_server(settings: Settings) -> bool:
+    state = _load_state(settings)
+    pid = state.get("repo_pid")
+    if not isinstance(pid, int) or str(settings.state_dir / "aptrepo") not in _cmdline(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    return True
+
+
+def _load_state(settings: Settings) -> dict[str, Any]:
+    try:
+        data = json.loads((settings.state_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(settings: Settings, state: dict[str, Any]) -> None:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    (settings.state_dir / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+# --- hosts ----------------------------------------------------------------------------------
+
+
+def _ensure_key(settings: Settings) -> str:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.key_file.exists():
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"{settings.prefix}",
+                "-f",
+                str(settings.key_file),
+            ],
+            check=True,
+        )
+    return settings.key_file.with_suffix(".pub").read_text()
+
+
+def _host_files(settings: Settings, name: str, port: int) -> dict[str, Path]:
+    """Files bind-mounted into a host: its authorized key, sshd drop-in and apt proxy."""
+    folder = settings.state_dir / "hosts" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "/root/.ssh/authorized_keys": (folder / "authorized_keys", _ensure_key(settings)),
+        "/etc/ssh/sshd_config.d/10-gpuinfra-lab.conf": (
+            folder / "sshd.conf",
+            f"Port {port}\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\n",
+        ),
+        "/etc/apt/apt.conf.d/01gpuinfra-proxy": (
+            folder / "apt-proxy.conf",
+            f'Acquire::http::Proxy "http://127.0.0.1:{settings.proxy_port}/";\n'
+            # The stand-in toolkit repository is on loopback too; apt fetches it directly.
+            'Acquire::http::Proxy::127.0.0.1 "DIRECT";\n',
+        ),
+    }
+    for path, content in files.values():
+        path.write_text(content)
+        path.chmod(0o644)
+    return {target: path for target, (path, _) in files.items()}
+
+
+def hosts(settings: Settings) -> list[Host]:
+    """The lab's containers, whatever their state."""
+    out = podman("ps", "-a", "--filter", f"label={LABEL}={settings.prefix}", "--format", "json")
+    result = []
+    for entry in json.loads(out or "[]"):
+        labels = entry.get("Labels") or {}
+        names = entry.get("Names") or ["?"]
+        result.append(
+            Host(name=names[0], port=int(labels.get(f"{LABEL}.port", 0)), state=entry["State"])
+        )
+    return sorted(result, key=lambda h: h.port)
+
+
+def start_host(settings: Settings, index: int, image: str) -> Host:
+    name, port = settings.host_name(index), settings.host_port(index)
+    if _listening(port) and name not in {h.name for h in hosts(settings)}:
+        raise UsageError(
+            f"port {port} on 127.0.0.1 is taken by something else; choose another --port-base"
+        )
+    mounts = []
+    for target, source in _host_files(settings, name, port).items():
+        mounts += ["--volume", f"{source}:{target}:ro"]
+    podman(
+        "run", "--detach", "--name", name, "--hostname", name,
+        "--label", f"{LABEL}={settings.prefix}", "--label", f"{LABEL}.port={port}",
+        "--systemd=always", "--stop-signal", "SIGRTMIN+3", "--network", "host",
+        *mounts, image, "/sbin/init",
+    )  # fmt: skip
+    return Host(name, port, "running")
+
+
+def ssh_command(settings: Settings, port: int, *command: str) -> list[str]:
+    return [
+        "ssh", "-i", str(settings.key_file), "-p", str(port),
+        "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+        "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+        "-o", "ConnectTimeout=5", "root@127.0.0.1", *command,
+    ]  # fmt: skip
+
+
+def wait_ssh(settings: Settings, host: Host, seconds: float = 90) -> None:
+    def answers() -> bool:
+        if not _listening(host.port):
+            return False
+        cmd = ssh_command(settings, host.port, "true")
+        return subprocess.run(cmd, capture_output=True, check=False).returncode == 0
+
+    _wait_for(answers, seconds, f"sshd of {host.name} on 127.0.0.1:{host.port}")
+
+
+def write_inventory(settings: Settings, lab_hosts: list[Host], repo_url: str) -> Path:
+    """hosts.yml for the lab; group_vars come from inventory/lab/ (committed, shared)."""
+    inventory = settings.inventory_dir
+    inventory.mkdir(parents=True, exist_ok=True)
+    shared_vars = settings.root / "inventory" / "lab" / "group_vars"
+    link = inventory / "group_vars"
+    if inventory != shared_vars.parent and shared_vars.is_dir() and not link.exists():
+        link.symlink_to(shared_vars)
+    document = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {
+                        h.name: {"ansible_host": "127.0.0.1", "ansible_port": h.port}
+                        for h in lab_hosts
+                    },
+                    "vars": {
+                        "ansible_user": "root",
+                        "ansible_ssh_private_key_file": str(settings.key_file),
+                        "nvidia_container_toolkit_repo_url": repo_url,
+                        "nvidia_container_toolkit_repo_key_url": repo_url + "gpgkey",
+                    },
+                }
+            }
+        }
+    }
+    header = f"# Written by `gpuinfra lab up` for lab '{settings.prefix}'; regenerated each time.\n"
+    settings.hosts_file.write_text(header + yaml.safe_dump(document, sort_keys=False))
+    return settings.hosts_file
+
+
+def up(
+    settings: Settings,
+    count: int,
+    repo_url: str | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[Host]:
+    """Start ``count`` hosts (keeping running ones), wait for SSH, write the inventory."""
+    if not 1 <= count <= 32:
+        raise UsageError(f"--hosts {count}: allowed 1-32")
+    if os.geteuid() != 0:
+        raise UsageError("the lab runs podman as root: run it as root")
+    if ensure_proxy(settings.proxy_port):
+        log(f"apt proxy started on 127.0.0.1:{settings.proxy_port}")
+    image = ensure_image(settings.proxy_port, log)
+    existing = {h.name: h for h in hosts(settings)}
+    wanted: list[Host] = []
+    for index in range(1, count + 1):
+        name = settings.host_name(index)
+        host = existing.get(name)
+        if host is None:
+            log(f"starting {name} on 127.0.0.1:{settings.host_port(index)}")
+            host = start_host(settings, index, image)
+        elif host.state != "running":
+            podman("start", name)
+            host = Host(host.name, host.port, "running")
+        wanted.append(host)
+    for host in wanted:
+        wait_ssh(settings, host)
+    url = repo_url or _start_repo_server(settings)
+    write_inventory(settings, wanted, url)
+    return wanted
+
+
+def down(settings: Settings) -> list[str]:
+    """Remove the lab's containers, its repository server and its generated files."""
+    removed = [h.name for h in hosts(settings)]
+    if removed:
+        podman("rm", "--force", "--time", "5", *removed)
+    _stop_repo_server(settings)
+    facts = settings.root / ".lab" / "facts"
+    for name in removed:
+        (facts / name).unlink(missing_ok=True)
+    settings.hosts_file.unlink(missing_ok=True)
+    if settings.state_dir.exists():
+        shutil.rmtree(settings.state_dir)
+    # The apt proxy serves every lab; it goes when the last lab does.
+    if not podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").strip():
+        stop_proxy(settings.proxy_port)
+    return removed
+
+
+def restart_host(settings: Settings, host: Host) -> None:
+    """Start a stopped host again and wait until it answers on SSH."""
+    podman("start", host.name)
+    wait_ssh(settings, Host(host.name, host.port, "running"))

@@ -1,0 +1,256 @@
+"""Run playbooks through ansible-runner and turn its event stream into results a user reads.
+
+``converge`` runs one playbook against one inventory; each event goes to ``Progress`` (per-host
+state for a live view) and to an optional callback. The result holds the per-host recap, the
+failures with their messages, and the node check reports (``gpu_node_check`` returns a
+``report`` for each host).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from gpuinfra.errors import UsageError
+from gpuinfra.paths import repo_root
+from gpuinfra.suggest import did_you_mean
+
+Event = dict[str, Any]
+CHECK_MODULE = "gpu_node_check"
+_RECAP = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+
+
+@dataclass
+class HostState:
+    """What one host is doing and has done so far in a run."""
+
+    task: str = ""
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    last_error: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        return "failed" if self.failed else "running"
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+    def __str__(self) -> str:
+        kind = "unreachable" if self.unreachable else "failed"
+        return f"{self.host}: {kind} at '{self.task}': {self.message}"
+
+
+@dataclass
+class Progress:
+    """The run as the event stream shows it: current play and task, each host's state."""
+
+    play: str = ""
+    task: str = ""
+    tasks_started: int = 0
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def host(self, name: str) -> HostState:
+        return self.hosts.setdefault(name, HostState())
+
+    def feed(self, event: Event) -> None:
+        kind = str(event.get("event", ""))
+        data: dict[str, Any] = event.get("event_data") or {}
+        name = data.get("host")
+        if kind == "playbook_on_play_start":
+            self.play = str(data.get("play", ""))
+        elif kind == "playbook_on_task_start":
+            self.task = str(data.get("task", ""))
+            self.tasks_started += 1
+        elif kind == "runner_on_start" and name:
+            self.host(name).task = str(data.get("task", ""))
+        elif kind == "runner_on_ok" and name:
+            state = self.host(name)
+            state.ok += 1
+            res = data.get("res") or {}
+            if res.get("changed"):
+                state.changed += 1
+            report = res.get("report")
+            if _is_check(data) and isinstance(report, dict):
+                self.reports[name] = report
+        elif kind == "runner_on_skipped" and name:
+            self.host(name).skipped += 1
+        elif kind == "runner_on_failed" and name:
+            res = data.get("res") or {}
+            report = res.get("report")
+            if _is_check(data) and isinstance(report, dict):
+                self.reports[name] = report
+            if data.get("ignore_errors"):
+                return
+            state = self.host(name)
+            state.failed += 1
+            state.last_error = _message(res)
+            self.failures.append(Failure(name, str(data.get("task", "")), state.last_error))
+        elif kind == "runner_on_unreachable" and name:
+            state = self.host(name)
+            state.unreachable = True
+            state.last_error = _message(data.get("res") or {})
+            self.failures.append(
+                Failure(name, str(data.get("task", "")), state.last_error, unreachable=True)
+            )
+        elif kind == "playbook_on_stats":
+            self.recap = recap_from_stats(data)
+
+
+def _is_check(data: dict[str, Any]) -> bool:
+    actions = (str(data.get("task_action", "")), str(data.get("resolved_action", "")))
+    return any(a.split(".")[-1] == CHECK_MODULE for a in actions)
+
+
+def _message(res: dict[str, Any]) -> str:
+    msg = " ".join(str(res.get("msg") or "").split())
+    # A failed command says only "non-zero return code"; its stderr says why.
+    for key in ("stderr", "module_stderr", "stdout"):
+        lines = [line.strip() for line in str(res.get(key) or "").splitlines() if line.strip()]
+        if lines and (not msg or msg == "non-zero return code"):
+            return f"{msg}: {lines[0]}" if msg else lines[0]
+    return msg or "no message"
+
+
+def recap_from_stats(stats: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per-host PLAY RECAP counts from a ``playbook_on_stats`` event or ``runner.stats``."""
+    hosts: set[str] = set()
+    for key in (*_RECAP, "processed"):
+        hosts.update((stats.get(key) or {}).keys())
+    return {
+        host: {key: int((stats.get(key) or {}).get(host, 0)) for key in _RECAP}
+        for host in sorted(hosts)
+    }
+
+
+@dataclass
+class RunResult:
+    """How a playbook run ended: ansible-runner's status, return code, recap and findings."""
+
+    status: str
+    rc: int
+    recap: dict[str, dict[str, int]]
+    failures: list[Failure]
+    reports: dict[str, dict[str, Any]]
+    artifact_dir: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+    def changed(self) -> dict[str, int]:
+        return {host: counts["changed"] for host, counts in self.recap.items()}
+
+    def failed_hosts(self) -> set[str]:
+        return {h for h, c in self.recap.items() if c["failures"] or c["dark"]}
+
+
+def find_playbook(name: str | Path, root: Path | None = None) -> Path:
+    """A playbook by path, or by name under playbooks/; a UsageError lists the known ones."""
+    root = root or repo_root()
+    path = Path(name)
+    candidates = [path, root / path, root / "playbooks" / path, root / "playbooks" / f"{path}.yml"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    known = sorted(p.name for p in (root / "playbooks").glob("*.yml"))
+    raise UsageError(
+        f"no playbook {name}{did_you_mean(path.name, known)}; "
+        f"playbooks/: {', '.join(known) or 'none'}"
+    )
+
+
+def converge(
+    playbook: Path,
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    extravars: dict[str, Any] | None = None,
+    tags: str | None = None,
+    on_event: Callable[[Event, Progress], None] | None = None,
+    root: Path | None = None,
+) -> RunResult:
+    """Run ``playbook`` on ``inventory``; events feed a Progress and then ``on_event``."""
+    root = root or repo_root()
+    if not inventory.exists():
+        raise UsageError(f"no inventory at {inventory}; for the lab, run `gpuinfra lab up`")
+    progress = Progress()
+
+    def handle(event: Event) -> bool:
+        progress.feed(event)
+        if on_event is not None:
+            on_event(event, progress)
+        return True
+
+    # ansible-playbook lives beside this interpreter, in the project's virtual environment,
+    # which need not be activated.
+    path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    envvars = {
+        # ansible.cfg holds pipelining, ControlPersist and the fact cache.
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": path,
+    }
+    # ansible-runner writes envvars into the private data dir and reads them back on the next
+    # run, so each run gets a fresh one; the artifacts (events, stdout) are kept in .lab/.
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-runner-") as private:
+        runner = _run(private, root, playbook, inventory, limit, tags, extravars, envvars, handle)
+    recap = recap_from_stats(runner.stats or {}) if runner.stats else progress.recap
+    return RunResult(
+        status=str(runner.status),
+        rc=int(runner.rc if runner.rc is not None else -1),
+        recap=recap,
+        failures=progress.failures,
+        reports=progress.reports,
+        artifact_dir=Path(runner.config.artifact_dir),
+    )
+
+
+def _run(
+    private: str,
+    root: Path,
+    playbook: Path,
+    inventory: Path,
+    limit: str | None,
+    tags: str | None,
+    extravars: dict[str, Any] | None,
+    envvars: dict[str, str],
+    handle: Callable[[Event], bool],
+) -> Any:
+    return ansible_runner.run(
+        private_data_dir=private,
+        artifact_dir=str(root / ".lab" / "runner"),
+        project_dir=str(root),
+        playbook=str(playbook),
+        # ansible-runner keeps facts per run by default; the shared cache spares re-gathering.
+        fact_cache=str(root / ".lab" / "facts"),
+        inventory=str(inventory.resolve()),
+        limit=limit,
+        tags=tags,
+        extravars=extravars or {},
+        envvars=envvars,
+        event_handler=handle,
+        quiet=True,
+        rotate_artifacts=50,
+        settings={"suppress_ansible_output": True},
+    )

@@ -1,0 +1,90 @@
+"""The test suite's own lab: three Debian 12 hosts and the stand-in toolkit repository.
+
+The prefix and port base keep it apart from a developer's lab (gpuinfra-lab, 2200) and from
+other labs on this machine. Hosts 1 and 2 converge playbooks/nodes.yml once for the whole
+session; host 3 stays fresh for the interrupted-install test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from gpuinfra import aptrepo, lab, runner
+
+PREFIX = os.environ.get("GPUINFRA_TEST_LAB_PREFIX", "gpuinfratest")
+PORT_BASE = int(os.environ.get("GPUINFRA_TEST_LAB_PORT_BASE", "2400"))
+CONVERGED = (f"{PREFIX}-1", f"{PREFIX}-2")
+FRESH = f"{PREFIX}-3"
+
+
+@pytest.fixture(scope="session")
+def toolkit_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aptrepo.Server]:
+    repo = aptrepo.build(tmp_path_factory.mktemp("toolkit-repo") / "repo")
+    with aptrepo.serving(repo.path) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def lab_settings() -> lab.Settings:
+    if os.geteuid() != 0:
+        pytest.fail("the lab tests run podman as root: run them as root")
+    return lab.Settings.from_env(prefix=PREFIX, port_base=PORT_BASE)
+
+
+@pytest.fixture(scope="session")
+def lab_hosts(lab_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[list[lab.Host]]:
+    # A lab left over from an interrupted session would carry its state into this one.
+    lab.down(lab_settings)
+    hosts = lab.up(lab_settings, 3, repo_url=toolkit_repo.url)
+    try:
+        yield hosts
+    finally:
+        lab.down(lab_settings)
+
+
+@pytest.fixture(scope="session")
+def inventory(lab_settings: lab.Settings, lab_hosts: list[lab.Host]) -> Path:
+    del lab_hosts
+    return lab_settings.hosts_file
+
+
+@pytest.fixture(scope="session")
+def nodes_playbook(repo_root: Path) -> Path:
+    return repo_root / "playbooks" / "nodes.yml"
+
+
+@pytest.fixture(scope="session")
+def first_converge(inventory: Path, nodes_playbook: Path) -> runner.RunResult:
+    return runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+
+
+@pytest.fixture(scope="session")
+def second_converge(
+    first_converge: runner.RunResult, inventory: Path, nodes_playbook: Path
+) -> runner.RunResult:
+    assert first_converge.ok, first_converge.failures
+    return runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+
+
+def host_connection(settings: lab.Settings, name: str) -> testinfra.host.Host:
+    port = next(h.port for h in lab.hosts(settings) if h.name == name)
+    return testinfra.get_host(
+        f"ssh://root@127.0.0.1:{port}",
+        ssh_identity_file=str(settings.key_file),
+        ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "-o LogLevel=ERROR",
+    )
+
+
+@pytest.fixture(scope="session", params=CONVERGED)
+def node(
+    request: pytest.FixtureRequest, lab_settings: lab.Settings, first_converge: runner.RunResult
+) -> testinfra.host.Host:
+    """A converged host, for assertions with testinfra."""
+    assert first_converge.ok, first_converge.failures
+    return host_connection(lab_settings, request.param)

@@ -1,0 +1,98 @@
+"""playbooks/nodes.yml on real lab hosts: what a converged GPU node looks like, and idempotency.
+
+The driver comes from Debian's real non-free archive (through the lab's apt proxy), the toolkit
+from the stand-in repository served on loopback. The tests in this module share one converge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import testinfra
+import yaml
+
+from gpuinfra import runner, versions
+
+from .conftest import CONVERGED
+
+pytestmark = pytest.mark.lab
+
+PINS = versions.pinned()
+DRIVER = PINS.driver("distro")
+TOOLKIT = PINS.nvidia_container_toolkit
+
+
+def test_first_converge_succeeds_on_every_host(first_converge: runner.RunResult) -> None:
+    assert first_converge.failures == []
+    assert first_converge.ok
+    assert set(first_converge.recap) == set(CONVERGED)
+
+
+def test_driver_is_the_pinned_build_and_held(node: testinfra.host.Host) -> None:
+    for package in ("nvidia-driver", "nvidia-kernel-dkms"):
+        pkg = node.package(package)
+        assert pkg.is_installed, package
+        assert pkg.version == DRIVER.source.package_version, package
+    held = node.check_output("apt-mark showhold").split()
+    assert {"nvidia-driver", "nvidia-kernel-dkms"} <= set(held)
+    # bookworm-security carries a newer build: the preferences keep apt on the pin.
+    policy = node.check_output("apt-cache policy nvidia-driver")
+    candidate = next(line for line in policy.splitlines() if "Candidate:" in line)
+    assert candidate.split()[-1] == DRIVER.source.package_version
+    simulated = node.run("apt-get -s -o Debug::NoLocking=1 upgrade")
+    assert simulated.rc == 0
+    assert "Inst nvidia-driver " not in simulated.stdout
+
+
+def test_nouveau_is_blacklisted(node: testinfra.host.Host) -> None:
+    found = node.run("grep -rhE '^\\s*blacklist\\s+nouveau\\b' /etc/modprobe.d/")
+    assert found.rc == 0, "no 'blacklist nouveau' in /etc/modprobe.d"
+
+
+def test_unattended_upgrades_skip_nvidia_packages(node: testinfra.host.Host) -> None:
+    dump = node.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    # The list's own empty head entry would match any name: only real patterns count.
+    patterns = [line.split('"')[1] for line in dump.splitlines() if line.count('"') == 2]
+    patterns = [p for p in patterns if p]
+    assert patterns
+    for package in ("nvidia-driver", "nvidia-kernel-dkms", "libnvidia-container1"):
+        assert any(re.match(p, package) for p in patterns), (package, patterns)
+
+
+def test_toolkit_packages_are_the_pinned_ones(node: testinfra.host.Host) -> None:
+    for package in TOOLKIT.source.packages:
+        pkg = node.package(package)
+        assert pkg.is_installed, package
+        assert pkg.version == TOOLKIT.source.package_version, package
+
+
+def test_containerd_accepts_the_nvidia_runtime_dropin(node: testinfra.host.Host) -> None:
+    assert node.file("/etc/containerd/conf.d/99-nvidia.toml").is_file
+    assert node.service("containerd").is_running
+    dump = node.check_output("containerd config dump")
+    assert "runtimes.nvidia]" in dump
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
+
+
+def test_node_check_reports_no_gpu(
+    first_converge: runner.RunResult, node: testinfra.host.Host, repo_root: Path
+) -> None:
+    name = node.check_output("hostname")
+    report = first_converge.reports[name]
+    assert report["summary"] == "no GPU present"
+    assert report["gpu_present"] is False
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert "skip" in statuses.values()
+    assert "fail" not in statuses.values()
+    # The same report is on the host, where other tools read it.
+    defaults = yaml.safe_load((repo_root / "roles/gpu_node_check/defaults/main.yml").read_text())
+    on_host = json.loads(node.file(defaults["gpu_node_check_report_path"]).content_string)
+    assert on_host["summary"] == "no GPU present"
+
+
+def test_second_converge_changes_nothing(second_converge: runner.RunResult) -> None:
+    assert second_converge.ok, second_converge.failures
+    assert second_converge.changed() == dict.fromkeys(CONVERGED, 0)

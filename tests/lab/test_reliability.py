@@ -1,0 +1,162 @@
+"""What goes wrong in the field: a host lost mid-run, an install killed half-way, a bad value."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra import lab, runner, versions
+
+from .conftest import CONVERGED, FRESH, host_connection
+
+pytestmark = pytest.mark.lab
+DRIVER_PIN = versions.pinned().driver("distro").version
+
+
+def test_unreachable_host_fails_alone(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+) -> None:
+    assert second_converge.ok
+    survivor, victim = CONVERGED
+    host = next(h for h in lab.hosts(lab_settings) if h.name == victim)
+    stopped: list[str] = []
+
+    def stop_victim(event: runner.Event, progress: runner.Progress) -> None:
+        # Once the victim has answered a task past fact gathering, its container goes away.
+        data = event.get("event_data") or {}
+        if (
+            not stopped
+            and event.get("event") == "runner_on_ok"
+            and data.get("host") == victim
+            and progress.tasks_started > 2
+        ):
+            lab.podman("stop", "--time", "2", victim)
+            stopped.append(str(data.get("task")))
+
+    try:
+        result = runner.converge(
+            nodes_playbook, inventory, limit=",".join(CONVERGED), on_event=stop_victim
+        )
+    finally:
+        lab.restart_host(lab_settings, host)
+    assert stopped, "the victim never reported a task"
+    assert not result.ok
+    assert result.failed_hosts() == {victim}
+    assert result.recap[victim]["dark"] == 1
+    assert any(f.host == victim and f.unreachable for f in result.failures)
+    # The other host ran the whole play, node check included.
+    assert result.recap[survivor]["failures"] == 0
+    assert result.recap[survivor]["dark"] == 0
+    assert survivor in result.reports
+
+
+def _dpkg_unpacks_driver(container_id: str) -> bool:
+    """Whether apt's dpkg is unpacking NVIDIA packages in the container: the long transaction
+    that a lost connection or a killed run interrupts in the field. Read from this machine's
+    /proc, which is fast enough to catch it."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if container_id not in (proc / "cgroup").read_text():
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"dpkg") and b"--unpack" in argv:
+            return any(b"nvidia" in arg for arg in argv)
+    return False
+
+
+def test_install_killed_midway_converges_on_next_run(
+    lab_settings: lab.Settings, inventory: Path, repo_root: Path
+) -> None:
+    cmd = [sys.executable, "-m", "gpuinfra", "converge", "--site", str(inventory.parent)]
+    proc = subprocess.Popen(
+        [*cmd, "--limit", FRESH],
+        cwd=repo_root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    container = lab.podman("inspect", "--format", "{{.Id}}", FRESH).strip()
+    deadline = time.monotonic() + 900
+    try:
+        while not _dpkg_unpacks_driver(container):
+            assert proc.poll() is None, "the converge ended before dpkg unpacked the driver"
+            assert time.monotonic() < deadline, "dpkg never unpacked the driver"
+            time.sleep(0.05)
+    finally:
+        # The run we started, and what it spawned in its session, by its process group id.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    result = runner.converge(repo_root / "playbooks" / "nodes.yml", inventory, limit=FRESH)
+    assert result.ok, result.failures
+    host = host_connection(lab_settings, FRESH)
+    assert host.check_output("dpkg --audit") == ""
+    driver = host.package("nvidia-driver")
+    assert driver.version == versions.pinned().driver("distro").source.package_version
+    assert "nvidia-driver" in host.check_output("apt-mark showhold").split()
+
+
+def _site_with(lab_inventory: Path, dest: Path, values: dict[str, Any]) -> Path:
+    shutil.copy(lab_inventory, dest / "hosts.yml")
+    shutil.copytree(lab_inventory.parent / "group_vars", dest / "group_vars")
+    group_vars = dest / "group_vars" / "all.yml"
+    data = yaml.safe_load(group_vars.read_text()) or {}
+    group_vars.write_text(yaml.safe_dump({**data, **values}))
+    return dest
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"nvidia_driver_source": "runfiles"}, "nvidia_driver_source: 'runfiles' is not allowed"),
+        ({"nvidia_driver_version": "535.999.99"}, "Bump versions.yaml, not the inventory"),
+    ],
+)
+def test_bad_inventory_value_stops_before_any_host_is_touched(
+    inventory: Path,
+    tmp_path: Path,
+    cli: Any,
+    values: dict[str, Any],
+    expected: str,
+) -> None:
+    site = _site_with(inventory, tmp_path, values)
+    result = cli("converge", "--site", str(site))
+    assert result.code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "group_vars/all.yml" in lines[0]
+    assert expected in lines[0]
+    assert "PLAY RECAP" not in result.stdout
+
+
+def test_role_preflight_refuses_an_unpinned_driver(
+    lab_settings: lab.Settings, inventory: Path, nodes_playbook: Path
+) -> None:
+    # Extra vars bypass the site validation: the role's own preflight must stop the run.
+    bad = "535.999.99"
+    result = runner.converge(
+        nodes_playbook, inventory, limit=CONVERGED[0], extravars={"nvidia_driver_version": bad}
+    )
+    assert not result.ok
+    assert result.changed() == {CONVERGED[0]: 0}
+    (failure,) = result.failures
+    assert failure.task.startswith("Preflight")
+    assert bad in failure.message
+    assert DRIVER_PIN in failure.message

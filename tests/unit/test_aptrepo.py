@@ -1,0 +1,131 @@
+"""The stand-in toolkit repository: what apt and the toolkit role see of it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuinfra import aptrepo, versions
+
+TOOLKIT = versions.pinned().nvidia_container_toolkit
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> aptrepo.Repository:
+    return aptrepo.build(tmp_path_factory.mktemp("repo") / "repo")
+
+
+@pytest.fixture(scope="module")
+def bin_dir(repo: aptrepo.Repository, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("unpacked")
+    for deb in repo.path.glob("*.deb"):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    return root / "usr" / "bin"
+
+
+def _stanzas(text: str) -> dict[str, dict[str, str]]:
+    packages = {}
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        packages[fields["Package"]] = fields
+    return packages
+
+
+def test_packages_are_named_and_versioned_like_nvidias(repo: aptrepo.Repository) -> None:
+    packages = _stanzas((repo.path / "Packages").read_text())
+    assert set(packages) == set(TOOLKIT.source.packages)
+    assert {p["Version"] for p in packages.values()} == {TOOLKIT.source.package_version}
+    pinned = f"(= {TOOLKIT.source.package_version})"
+    assert packages["nvidia-container-toolkit"]["Depends"] == (
+        f"nvidia-container-toolkit-base {pinned}, libnvidia-container-tools {pinned}"
+    )
+    assert packages["libnvidia-container-tools"]["Depends"] == f"libnvidia-container1 {pinned}"
+
+
+def test_inrelease_verifies_with_the_published_key(
+    repo: aptrepo.Repository, tmp_path: Path
+) -> None:
+    keyring = tmp_path / "keyring.gpg"
+    subprocess.run(
+        ["gpg", "--batch", "--yes", "--dearmor", "-o", str(keyring), str(repo.key_file)],
+        check=True,
+    )
+    ok = subprocess.run(
+        ["gpgv", "--keyring", str(keyring), str(repo.path / "InRelease")], capture_output=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    tampered = tmp_path / "InRelease"
+    tampered.write_text((repo.path / "InRelease").read_text().replace("amd64", "arm64", 1))
+    bad = subprocess.run(["gpgv", "--keyring", str(keyring), str(tampered)], capture_output=True)
+    assert bad.returncode != 0
+
+
+def test_release_hashes_match_the_index(repo: aptrepo.Repository) -> None:
+    release = (repo.path / "Release").read_text()
+    digest = hashlib.sha256((repo.path / "Packages").read_bytes()).hexdigest()
+    assert f" {digest} " in release
+
+
+def test_server_serves_the_repository_on_loopback(repo: aptrepo.Repository) -> None:
+    with aptrepo.serving(repo.path) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(server.key_url, timeout=5) as response:
+            assert response.read() == repo.key_file.read_bytes()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(server.key_url, timeout=2)
+
+
+def _ctk(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bin_dir / "nvidia-ctk"), *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_nvidia_ctk_reports_the_pinned_version(bin_dir: Path) -> None:
+    out = _ctk(bin_dir, "--version")
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[0] == f"NVIDIA Container Toolkit CLI version {TOOLKIT.version}"
+
+
+def test_nvidia_ctk_writes_a_containerd_dropin_once(bin_dir: Path, tmp_path: Path) -> None:
+    dropin = tmp_path / "conf.d" / "99-nvidia.toml"
+    args = ("runtime", "configure", "--runtime=containerd", f"--config={dropin}")
+    first = _ctk(bin_dir, *args, "--set-as-default")
+    assert first.returncode == 0, first.stderr
+    config = tomllib.loads(dropin.read_text())
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "nvidia"
+    nvidia = cri["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    again = _ctk(bin_dir, *args, "--set-as-default")
+    assert again.returncode == 0
+    assert again.stdout == ""
+    not_default = _ctk(bin_dir, *args)
+    assert "Wrote updated config" in not_default.stdout
+    assert "default_runtime_name" not in dropin.read_text()
+
+
+def test_nvidia_ctk_merges_docker_daemon_json(bin_dir: Path, tmp_path: Path) -> None:
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text(json.dumps({"log-driver": "journald"}))
+    out = _ctk(bin_dir, "runtime", "configure", "--runtime=docker", f"--config={daemon}")
+    assert out.returncode == 0, out.stderr
+    merged = json.loads(daemon.read_text())
+    assert merged["log-driver"] == "journald"
+    assert merged["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+
+
+def test_nvidia_ctk_refuses_what_it_does_not_implement(bin_dir: Path, tmp_path: Path) -> None:
+    out = _ctk(bin_dir, "runtime", "configure", "--runtime=crio")
+    assert out.returncode == 2
+    assert "unsupported runtime 'crio'" in out.stderr
+    spec = tmp_path / "nvidia.yaml"
+    assert _ctk(bin_dir, "cdi", "generate", f"--output={spec}").returncode == 0
+    assert "kind: nvidia.com/gpu" in spec.read_text()

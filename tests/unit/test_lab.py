@@ -1,0 +1,71 @@
+"""Lab settings and the inventory it writes; the podman side is exercised by tests/lab/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuinfra import lab
+from gpuinfra.errors import UsageError
+
+
+def test_settings_come_from_options_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUINFRA_LAB_PREFIX", "rolesdev")
+    monkeypatch.setenv("GPUINFRA_LAB_PORT_BASE", "2300")
+    from_env = lab.Settings.from_env()
+    assert (from_env.prefix, from_env.port_base) == ("rolesdev", 2300)
+    assert from_env.host_name(2) == "rolesdev-2"
+    assert from_env.host_port(2) == 2302
+    assert from_env.inventory_dir == from_env.root / ".lab" / "rolesdev" / "inventory"
+    explicit = lab.Settings.from_env(prefix="gpuinfra-lab", port_base=2200)
+    assert explicit.inventory_dir == explicit.root / "inventory" / "lab"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "port_base", "message"),
+    [
+        ("Lab_1", None, "lowercase letters"),
+        ("9lab", None, "starting with a letter"),
+        ("lab", 80, "allowed 1024-65000"),
+    ],
+)
+def test_bad_settings_are_usage_errors(prefix: str, port_base: int | None, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        lab.Settings.from_env(prefix=prefix, port_base=port_base)
+
+
+def test_inventory_reaches_each_host_on_loopback(tmp_path: Path) -> None:
+    shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
+    shared_vars.mkdir(parents=True)
+    (shared_vars / "all.yml").write_text("nvidia_driver_reboot: false\n")
+    settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
+    hosts = [lab.Host("unit-1", 2601, "running"), lab.Host("unit-2", 2602, "running")]
+    path = lab.write_inventory(settings, hosts, "http://127.0.0.1:8000/")
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    inventory = json.loads(listed.stdout)
+    assert inventory["gpu_nodes"]["hosts"] == ["unit-1", "unit-2"]
+    hostvars = inventory["_meta"]["hostvars"]
+    assert {h: (v["ansible_host"], v["ansible_port"]) for h, v in hostvars.items()} == {
+        "unit-1": ("127.0.0.1", 2601),
+        "unit-2": ("127.0.0.1", 2602),
+    }
+    one = hostvars["unit-1"]
+    assert one["ansible_ssh_private_key_file"] == str(settings.key_file)
+    assert one["nvidia_container_toolkit_repo_key_url"] == "http://127.0.0.1:8000/gpgkey"
+    # The committed lab group_vars apply to every lab, whatever its prefix.
+    assert one["nvidia_driver_reboot"] is False
+
+
+def test_lab_up_refuses_a_host_count_out_of_range(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("lab", "up", "--hosts", "0", "--prefix", "unitnever")
+    assert result.code == 2
+    assert result.stderr.strip() == "error: --hosts 0: allowed 1-32"
