@@ -1,10 +1,233 @@
-"""CLI commands: review."""
+"""CLI commands of the review path: ``plan``, ``cost`` and ``diff``.
+
+Each command builds a document with the library (``gpuinfra.plan``, ``gpuinfra.cost``,
+``gpuinfra.diff``) and only chooses how to show it: a table for people, JSON for machines,
+markdown for a pull request comment.
+"""
 
 from __future__ import annotations
 
+import io
+import shutil
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console, RenderableType
+from rich.table import Table
+
+from gpuinfra import diff as diff_mod
+from gpuinfra.errors import CheckFailed, UsageError
+
+# Pipes and CI logs get a wide table rather than rich's 80-column default.
+_WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
+
+
+class ReviewFormat(StrEnum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+FormatOption = Annotated[ReviewFormat, typer.Option("--format", help="table, json or markdown")]
+OutOption = Annotated[
+    Path | None, typer.Option("--out", help="Write to this file instead of standard output")
+]
+StackOption = Annotated[str | None, typer.Option("--stack", help="A stack: dev, staging or prod")]
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
+
+
+def render_tables(renderables: list[RenderableType]) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=_WIDTH, force_terminal=False, color_system=None)
+    for item in renderables:
+        console.print(item)
+    return buffer.getvalue()
+
+
+def _usd(value: float | None) -> str:
+    return "lacking" if value is None else f"${value:,.2f}"
+
+
+def cost_table(doc: dict[str, Any]) -> Table:
+    prices = doc["prices"]
+    table = Table(
+        title=f"Monthly cost estimate: {doc['environment']} ({doc['region']})",
+        caption=(
+            f"instance prices {prices['instances']['as_of']}, storage prices "
+            f"{prices['storage']['as_of']}; {doc['hours_per_month']:g} hours a month"
+        ),
+    )
+    for column in ("category", "item", "at desired", "at max", "note"):
+        table.add_column(column, overflow="fold")
+    for line in doc["lines"]:
+        if line["status"] == "usage":
+            desired = maximum = f"usage: ${line['unit_usd']}/{line['unit']}"
+        else:
+            desired, maximum = _usd(line["monthly_desired_usd"]), _usd(line["monthly_max_usd"])
+        table.add_row(line["category"], line["item"], desired, maximum, line["note"])
+    table.add_section()
+    table.add_row(
+        "total", "priced lines", _usd(doc["monthly_desired_usd"]), _usd(doc["monthly_max_usd"]), ""
+    )
+    return table
+
+
+def plan_tables(doc: dict[str, Any]) -> list[RenderableType]:
+    from gpuinfra import plan as plan_mod
+
+    tables: list[RenderableType] = []
+    for title, columns, rows in plan_mod.summary_rows(doc):
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    if doc.get("cost"):
+        tables.append(cost_table(doc["cost"]))
+    return tables
+
+
+def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
+
+    tables: list[RenderableType] = []
+    if report.versions.bumped:
+        table = Table(title=f"Versions against {report.base}")
+        for column in ("component", "old", "new"):
+            table.add_column(column)
+        for change in report.versions.bumped:
+            table.add_row(change.path, str(change.old), str(change.new))
+        tables.append(table)
+    tables += [f"[bold yellow]warning:[/] {w}" for w in report.versions.warnings]
+    for target in report.targets:
+        table = Table(title=f"{target.target}: {target.status}")
+        for column in ("section", "what", "property", "old", "new"):
+            table.add_column(column, overflow="fold")
+        for line in target.errors:
+            table.add_row("error", line, "", "", "")
+        if target.cost:
+            cost = target.cost
+            table.add_row(
+                "cost",
+                "monthly at desired size",
+                "",
+                _usd(cost.base_desired),
+                f"{_usd(cost.head_desired)} ({diff_mod.signed_usd(cost.delta_desired)})",
+            )
+            table.add_row(
+                "cost",
+                "monthly at max size",
+                "",
+                _usd(cost.base_max),
+                f"{_usd(cost.head_max)} ({diff_mod.signed_usd(cost.delta_max)})",
+            )
+        for name, section in target.sections.items():
+            for key in section.added:
+                table.add_row(name, f"+ {key}", "", "", "")
+            for key in section.removed:
+                table.add_row(name, f"- {key}", "", "", "")
+            for item in section.changed:
+                for change in item.changes:
+                    table.add_row(
+                        name,
+                        f"~ {item.key}",
+                        change.path,
+                        str(change.old),
+                        str(change.new),
+                    )
+        tables.append(table)
+    return tables
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `gpuinfra` app."""
-    del app
+    """Add ``plan``, ``cost`` and ``diff`` to the `gpuinfra` app."""
+
+    @app.command("plan")
+    def plan(
+        stack: StackOption = None,
+        site: Annotated[
+            Path | None, typer.Option("--site", help="A site inventory directory")
+        ] = None,
+        fmt: FormatOption = ReviewFormat.table,
+        out: OutOption = None,
+    ) -> None:
+        """The desired state of a stack or a site, offline: resources, releases, versions, cost."""
+        from gpuinfra import plan as plan_mod
+
+        if stack is not None and site is not None:
+            raise UsageError("give exactly one of --stack ENV or --site DIR")
+        if stack is not None:
+            doc = plan_mod.stack_plan(stack)
+        elif site is not None:
+            doc = plan_mod.site_plan(site)
+        else:
+            raise UsageError("give exactly one of --stack ENV or --site DIR")
+        if fmt is ReviewFormat.json:
+            _emit(plan_mod.to_json(doc), out)
+        elif fmt is ReviewFormat.markdown:
+            _emit(plan_mod.render_markdown(doc), out)
+        else:
+            _emit(render_tables(plan_tables(doc)), out)
+
+    @app.command("cost")
+    def cost(
+        stack: Annotated[str, typer.Option("--stack", help="A stack: dev, staging or prod")],
+        fmt: FormatOption = ReviewFormat.table,
+        out: OutOption = None,
+    ) -> None:
+        """Monthly cost estimate of a stack by line, from the dated price tables."""
+        from gpuinfra import config
+        from gpuinfra import cost as cost_mod
+        from gpuinfra import plan as plan_mod
+
+        doc = cost_mod.estimate(config.load_stack(stack)).document()
+        if fmt is ReviewFormat.json:
+            _emit(plan_mod.to_json(doc), out)
+        elif fmt is ReviewFormat.markdown:
+            _emit(plan_mod.cost_markdown(doc), out)
+        else:
+            _emit(render_tables([cost_table(doc)]), out)
+
+    @app.command("diff")
+    def diff(
+        base: Annotated[str, typer.Option("--base", help="The git revision to compare against")],
+        stack: StackOption = None,
+        site: Annotated[
+            str | None, typer.Option("--site", help="A site under inventory/ (name or path)")
+        ] = None,
+        all_targets: Annotated[
+            bool, typer.Option("--all", help="Every stack and every site (the default)")
+        ] = False,
+        fmt: FormatOption = ReviewFormat.table,
+        out: OutOption = None,
+    ) -> None:
+        """What the working tree changes against --base: resources, versions, values, alerts, cost."""
+        from gpuinfra import plan as plan_mod
+
+        if sum((stack is not None, site is not None, all_targets)) > 1:
+            raise UsageError("give one of --stack ENV, --site NAME or --all")
+        only = None
+        if stack is not None:
+            only = diff_mod.Target("stack", stack)
+        elif site is not None:
+            only = diff_mod.Target("site", Path(site).name)
+        report = diff_mod.diff(base, only=only)
+        if fmt is ReviewFormat.json:
+            _emit(plan_mod.to_json(report.document()), out)
+        elif fmt is ReviewFormat.markdown:
+            _emit(diff_mod.render_markdown(report), out)
+        else:
+            _emit(render_tables(diff_tables(report)), out)
+        if report.failed:
+            raise CheckFailed(f"{t.target}: {line}" for t in report.targets for line in t.errors)

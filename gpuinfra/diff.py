@@ -1,0 +1,678 @@
+"""What a change does to each environment: plans of a base revision and of the working tree.
+
+The base revision is checked out in a temporary ``git worktree`` and planned by its own code
+(``python -m gpuinfra plan`` with ``GPUINFRA_ROOT`` and ``PYTHONPATH`` inside the worktree), so
+a change to the code itself shows up as a change in the plan. The comparison works on plan
+documents (see ``gpuinfra.plan``) and knows nothing of how they were made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuinfra import versions as versions_mod
+from gpuinfra.config import known_stacks
+from gpuinfra.errors import ConfigError, ToolError, UsageError
+from gpuinfra.paths import repo_root, shared_dir
+from gpuinfra.suggest import did_you_mean
+
+MISSING = "<absent>"
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    old: Any
+    new: Any
+
+    def document(self) -> dict[str, Any]:
+        return {"path": self.path, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
+class Changed:
+    """One keyed thing (a resource, a release, an object, an alert) present on both sides."""
+
+    key: str
+    changes: tuple[Change, ...]
+
+    def document(self) -> dict[str, Any]:
+        return {"key": self.key, "changes": [c.document() for c in self.changes]}
+
+
+@dataclass(frozen=True)
+class SectionDiff:
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[Changed, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "added": list(self.added),
+            "removed": list(self.removed),
+            "changed": [c.document() for c in self.changed],
+        }
+
+
+@dataclass(frozen=True)
+class CostDelta:
+    base_desired: float
+    head_desired: float
+    base_max: float
+    head_max: float
+    lacking_added: tuple[str, ...] = ()
+    lacking_removed: tuple[str, ...] = ()
+
+    @property
+    def delta_desired(self) -> float:
+        return round(self.head_desired - self.base_desired, 2)
+
+    @property
+    def delta_max(self) -> float:
+        return round(self.head_max - self.base_max, 2)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.delta_desired or self.delta_max or self.lacking_added or self.lacking_removed
+        )
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "monthly_desired_usd": {
+                "base": self.base_desired,
+                "head": self.head_desired,
+                "delta": self.delta_desired,
+            },
+            "monthly_max_usd": {
+                "base": self.base_max,
+                "head": self.head_max,
+                "delta": self.delta_max,
+            },
+            "lacking_prices_added": list(self.lacking_added),
+            "lacking_prices_removed": list(self.lacking_removed),
+        }
+
+
+@dataclass(frozen=True)
+class TargetDiff:
+    """The difference of one stack or site between the base and the working tree."""
+
+    target: str
+    status: str  # added, removed, changed, unchanged, error
+    errors: tuple[str, ...] = ()
+    sections: dict[str, SectionDiff] = field(default_factory=dict)
+    cost: CostDelta | None = None
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "status": self.status,
+            "errors": list(self.errors),
+            "sections": {name: s.document() for name, s in self.sections.items()},
+            "cost": self.cost.document() if self.cost is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class VersionsDiff:
+    bumped: tuple[Change, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "bumped": [{"component": c.path, "old": c.old, "new": c.new} for c in self.bumped],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    base: str
+    base_commit: str
+    versions: VersionsDiff
+    targets: tuple[TargetDiff, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return any(t.status == "error" for t in self.targets)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "base_commit": self.base_commit,
+            "versions": self.versions.document(),
+            "targets": [t.document() for t in self.targets],
+            "notes": list(self.notes),
+        }
+
+
+# --- comparing plan documents ----------------------------------------------------------------
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves of a nested document by path: ``{"a": {"b": [1]}}`` -> ``{"a.b[0]": 1}``."""
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            return {prefix: {}}
+        out: dict[str, Any] = {}
+        for key in sorted(value, key=str):
+            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list):
+        if not value:
+            return {prefix: []}
+        out = {}
+        for index, item in enumerate(value):
+            out.update(flatten(item, f"{prefix}[{index}]"))
+        return out
+    return {prefix: value}
+
+
+def changes(old: Any, new: Any) -> tuple[Change, ...]:
+    """Every leaf that differs between two documents, by path, in path order."""
+    before, after = flatten(old), flatten(new)
+    found = []
+    for path in sorted(before.keys() | after.keys()):
+        was, now = before.get(path, MISSING), after.get(path, MISSING)
+        if was != now or type(was) is not type(now):
+            found.append(Change(path, was, now))
+    return tuple(found)
+
+
+def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> SectionDiff:
+    """Keyed records on both sides: which keys were added, removed or changed."""
+    changed = []
+    for key in sorted(old.keys() & new.keys()):
+        found = changes(old[key], new[key])
+        if found:
+            changed.append(Changed(key, found))
+    return SectionDiff(
+        added=tuple(sorted(new.keys() - old.keys())),
+        removed=tuple(sorted(old.keys() - new.keys())),
+        changed=tuple(changed),
+    )
+
+
+def _resources(plan: Mapping[str, Any]) -> dict[str, Any]:
+    # Pulumi allows one name twice under different parents; the parent then tells them apart.
+    resources = plan.get("resources", [])
+    seen = Counter(f"{r['type']} {r['name']}" for r in resources)
+    keyed = {}
+    for r in resources:
+        key = f"{r['type']} {r['name']}"
+        if seen[key] > 1:
+            key += f" (parent {r.get('parent')})"
+        keyed[key] = r.get("properties", {})
+    return keyed
+
+
+def _releases(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        f"{r['namespace']}/{r['release']}": {"chart": r.get("chart"), "values": r.get("values")}
+        for r in plan.get("helm_releases", [])
+    }
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('apiVersion')} {obj.get('kind')} {where}{meta.get('name')}"
+
+
+def _objects(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return {object_key(o): o for o in plan.get("objects", [])}
+
+
+def alerts(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Alert rules of every PrometheusRule object, by alert name (and group when repeated)."""
+    found: dict[str, Any] = {}
+    for obj in plan.get("objects", []):
+        if obj.get("kind") != "PrometheusRule":
+            continue
+        for group in (obj.get("spec") or {}).get("groups", []):
+            for rule in group.get("rules", []):
+                if "alert" in rule:
+                    name = str(rule["alert"])
+                    key = name if name not in found else f"{group.get('name')}/{name}"
+                    found[key] = rule
+    return found
+
+
+def _files(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"{f['addon']}/{f['path']}": f["content"] for f in plan.get("files", [])}
+
+
+def _hosts(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return {h["name"]: h for h in plan.get("hosts", [])}
+
+
+def _versions(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(plan.get("versions", {}))
+
+
+def _outputs(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(plan.get("outputs", {}))
+
+
+def _policy(plan: Mapping[str, Any]) -> dict[str, Any]:
+    policy = plan.get("policy") or {}
+    return {f"{v['policy']}: {v['message']}": v for v in policy.get("violations", [])}
+
+
+SECTIONS = {
+    "resources": _resources,
+    "helm_releases": _releases,
+    "objects": _objects,
+    "alerts": alerts,
+    "files": _files,
+    "hosts": _hosts,
+    "outputs": _outputs,
+    "versions": _versions,
+    "policy_violations": _policy,
+}
+
+
+def diff_plans(
+    target: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None
+) -> TargetDiff:
+    """Compare two plan documents of one target (None: the target does not exist there)."""
+    if base is None and head is None:
+        raise ValueError(f"{target}: neither side has a plan")
+    sections = {
+        name: compare(pick(base or {}), pick(head or {})) for name, pick in SECTIONS.items()
+    }
+    sections = {name: s for name, s in sections.items() if s}
+    cost = _cost(base, head)
+    if base is None:
+        status = "added"
+    elif head is None:
+        status = "removed"
+    else:
+        status = "changed" if sections or cost else "unchanged"
+    return TargetDiff(target=target, status=status, sections=sections, cost=cost)
+
+
+def _cost(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> CostDelta | None:
+    before = (base or {}).get("cost")
+    after = (head or {}).get("cost")
+    if before is None and after is None:
+        return None
+    zero: dict[str, Any] = {"monthly_desired_usd": 0.0, "monthly_max_usd": 0.0}
+    before, after = before or zero, after or zero
+    lacking_before = set(before.get("lacking_prices", []))
+    lacking_after = set(after.get("lacking_prices", []))
+    return CostDelta(
+        base_desired=float(before["monthly_desired_usd"]),
+        head_desired=float(after["monthly_desired_usd"]),
+        base_max=float(before["monthly_max_usd"]),
+        head_max=float(after["monthly_max_usd"]),
+        lacking_added=tuple(sorted(lacking_after - lacking_before)),
+        lacking_removed=tuple(sorted(lacking_before - lacking_after)),
+    )
+
+
+def diff_versions(base: Path, head: Path) -> VersionsDiff:
+    """Version bumps between two versions.yaml files, warning on compatibility rules they break."""
+    old, new = _pins(base), _pins(head)
+    bumped = tuple(
+        Change(name, old.get(name, MISSING), new.get(name, MISSING))
+        for name in sorted(old.keys() | new.keys())
+        if old.get(name) != new.get(name)
+    )
+    before, after = _rule_problems(base), _rule_problems(head)
+    warnings = tuple(p for p in after if p not in before)
+    return VersionsDiff(bumped=bumped, warnings=warnings)
+
+
+def _pins(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    try:
+        loaded = versions_mod.load(path)
+    except ConfigError:
+        return {}
+    pins: dict[str, str] = {}
+    for name, comp in loaded.entries():
+        pins[name] = comp.version if not comp.tag else f"{comp.version} ({comp.tag})"
+    for operand, value in sorted(loaded.gpu_operator.operands.items()):
+        pins[f"gpu_operator.operands.{operand}"] = value
+    return pins
+
+
+def _rule_problems(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    try:
+        loaded = versions_mod.load(path)
+    except ConfigError as exc:
+        return [f"versions.yaml: {line}" for line in exc.lines()]
+    return [f"versions.yaml: {p}" for p in versions_mod.check(loaded)]
+
+
+# --- planning two revisions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # stack or site
+    name: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    def exists(self, root: Path) -> bool:
+        if self.kind == "stack":
+            return (root / "stacks" / f"Pulumi.{self.name}.yaml").exists()
+        return (root / "inventory" / self.name).is_dir()
+
+    def args(self) -> list[str]:
+        if self.kind == "stack":
+            return ["--stack", self.name]
+        return ["--site", f"inventory/{self.name}"]
+
+
+def targets(root: Path, *more_roots: Path) -> list[Target]:
+    """Every stack and every site in any of the given checkouts."""
+    found: set[Target] = set()
+    for base in (root, *more_roots):
+        found.update(Target("stack", env) for env in known_stacks(base))
+        inventory = base / "inventory"
+        if inventory.is_dir():
+            found.update(
+                Target("site", p.name)
+                for p in inventory.iterdir()
+                if any(_reviewed(base, p / name) for name in ("hosts.yml", "hosts.yaml"))
+            )
+    return sorted(found, key=lambda t: (t.kind != "stack", t.name))
+
+
+def _reviewed(root: Path, path: Path) -> bool:
+    """A file that exists and is not ignored by git (the lab's generated inventory is)."""
+    if not path.exists():
+        return False
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--quiet", str(path.relative_to(root))],
+        cwd=root,
+        capture_output=True,
+        check=False,
+    )
+    return ignored.returncode != 0
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    document: dict[str, Any] | None
+    errors: tuple[str, ...] = ()
+
+
+def plan_in(root: Path, target: Target) -> PlanResult:
+    """Plan one target with the code and files of the checkout at ``root``."""
+    if not target.exists(root):
+        return PlanResult(None)
+    env = dict(os.environ)
+    env.update(
+        GPUINFRA_ROOT=str(root),
+        GPUINFRA_SHARED=str(shared_dir()),
+        PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuinfra", "plan", *target.args(), "--format", "json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        lines = [
+            line.removeprefix("error: ")
+            for line in proc.stderr.splitlines()
+            if line.strip() and not line.startswith("Traceback")
+        ]
+        return PlanResult(None, tuple(lines[-20:]) or (f"plan exited {proc.returncode}",))
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return PlanResult(document)
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise ToolError("git is not installed; gpuinfra diff needs it") from None
+    if proc.returncode != 0:
+        raise ToolError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def resolve(ref: str, root: Path) -> str:
+    try:
+        return _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except ToolError:
+        raise UsageError(
+            f"--base {ref}: not a commit in {root.name} (fetch it first, e.g. git fetch origin)"
+        ) from None
+
+
+class Worktree:
+    """A detached checkout of one commit in a temporary directory, removed on exit."""
+
+    def __init__(self, root: Path, commit: str) -> None:
+        self.root = root
+        self.commit = commit
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpuinfra-diff-")
+        self.path = Path(self._tmp.name) / "base"
+
+    def __enter__(self) -> Path:
+        try:
+            _git(self.root, "worktree", "add", "--detach", "--quiet", str(self.path), self.commit)
+        except ToolError:
+            self._tmp.cleanup()
+            raise
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            _git(self.root, "worktree", "remove", "--force", str(self.path))
+        finally:
+            self._tmp.cleanup()
+
+
+def diff(
+    base: str,
+    *,
+    only: Target | None = None,
+    root: Path | None = None,
+    jobs: int = 2,
+) -> Report:
+    """Plan ``base`` and the working tree; compare every stack and site, or only one."""
+    root = root or repo_root()
+    commit = resolve(base, root)
+    with Worktree(root, commit) as base_root:
+        if only is not None:
+            if not (only.exists(root) or only.exists(base_root)):
+                known = [t.name for t in targets(root, base_root) if t.kind == only.kind]
+                raise UsageError(
+                    f"no {only.kind} '{only.name}' in the working tree or at {base}"
+                    f"{did_you_mean(only.name, known)}; {only.kind}s: {', '.join(known) or 'none'}"
+                )
+            chosen = [only]
+        else:
+            chosen = targets(root, base_root)
+        # A base from before the review path cannot plan: everything shows as added.
+        plannable = (base_root / "gpuinfra" / "plan.py").exists()
+        notes = () if plannable else (f"{base} predates `gpuinfra plan`: every target is new.",)
+
+        def plan_job(job: tuple[Path, Target]) -> PlanResult:
+            side, target = job
+            return plan_in(side, target) if plannable or side != base_root else PlanResult(None)
+
+        jobs_list = [(side, t) for t in chosen for side in (base_root, root)]
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            results = list(pool.map(plan_job, jobs_list))
+        versions = diff_versions(base_root / "versions.yaml", root / "versions.yaml")
+    reports = []
+    for target, (before, after) in zip(chosen, _pairs(results), strict=True):
+        errors = tuple(f"{base}: {e}" for e in before.errors) + after.errors
+        if errors:
+            reports.append(TargetDiff(target=target.label, status="error", errors=errors))
+            continue
+        reports.append(diff_plans(target.label, before.document, after.document))
+    return Report(
+        base=base, base_commit=commit, versions=versions, targets=tuple(reports), notes=notes
+    )
+
+
+def _pairs(results: list[PlanResult]) -> Iterator[tuple[PlanResult, PlanResult]]:
+    it = iter(results)
+    return zip(it, it, strict=True)
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def usd(value: float) -> str:
+    sign = "-" if value < 0 else ""
+    return f"{sign}${abs(value):,.2f}"
+
+
+def signed_usd(value: float) -> str:
+    return ("+" if value > 0 else "") + usd(value) if value else "$0.00"
+
+
+def _cell(value: Any) -> str:
+    if value == MISSING:
+        return "—"
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    text = text.replace("|", "\\|").replace("\n", " ")
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"`{text}`"
+
+
+# GitHub refuses comments over 65,536 characters; keep room for the closing note.
+COMMENT_LIMIT = 60_000
+
+
+def render_markdown(report: Report, limit: int = COMMENT_LIMIT) -> str:
+    """The report as GitHub markdown, ready to post as a pull request comment.
+
+    Targets that do not fit in ``limit`` characters are named at the end instead of shown.
+    """
+    out = [f"## gpuinfra diff against `{report.base}` ({report.base_commit[:12]})", ""]
+    changed = [t for t in report.targets if t.status != "unchanged"]
+    summary = ", ".join(f"{t.target}: {t.status}" for t in report.targets) or "nothing to plan"
+    out += [summary, ""]
+    out += [f"> {note}" for note in report.notes]
+    if report.notes:
+        out.append("")
+    out += _markdown_versions(report.versions)
+    size = sum(len(line) + 1 for line in out)
+    left_out = []
+    for target in changed:
+        block = _markdown_target(target)
+        block_size = sum(len(line) + 1 for line in block)
+        if size + block_size > limit:
+            left_out.append(target.target)
+            continue
+        out += block
+        size += block_size
+    if left_out:
+        out += [
+            f"Too long for one comment; not shown: {', '.join(left_out)}. Run "
+            f"`gpuinfra diff --base {report.base} --stack <env>` for the full report.",
+            "",
+        ]
+    if not changed and not report.versions.bumped:
+        out += ["No change to any stack or site.", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _markdown_versions(versions: VersionsDiff) -> list[str]:
+    if not versions.bumped and not versions.warnings:
+        return []
+    out = ["### Versions", ""]
+    if versions.bumped:
+        out += ["| component | old | new |", "|---|---|---|"]
+        out += [f"| {c.path} | {_cell(c.old)} | {_cell(c.new)} |" for c in versions.bumped]
+        out.append("")
+    out += [f"> **Warning:** {w}" for w in versions.warnings]
+    if versions.warnings:
+        out.append("")
+    return out
+
+
+_TITLES = {
+    "resources": "Resources",
+    "helm_releases": "Helm releases and values",
+    "objects": "Kubernetes objects",
+    "alerts": "Alerts",
+    "files": "Add-on files",
+    "hosts": "Hosts",
+    "outputs": "Stack outputs",
+    "versions": "Pinned versions in force",
+    "policy_violations": "Policy violations",
+}
+
+
+def _markdown_target(target: TargetDiff) -> list[str]:
+    out = [f"### {target.target}: {target.status}", ""]
+    if target.errors:
+        out += ["The plan failed:", "", "```", *target.errors, "```", ""]
+        return out
+    if target.cost is not None and target.cost:
+        c = target.cost
+        out += [
+            "| monthly cost | base | head | delta |",
+            "|---|---|---|---|",
+            f"| at desired size | {usd(c.base_desired)} | {usd(c.head_desired)} | "
+            f"**{signed_usd(c.delta_desired)}** |",
+            f"| at max size | {usd(c.base_max)} | {usd(c.head_max)} | "
+            f"**{signed_usd(c.delta_max)}** |",
+            "",
+        ]
+        out += [f"- now lacking a price: {item}" for item in c.lacking_added]
+        out += [f"- no longer lacking a price: {item}" for item in c.lacking_removed]
+        if c.lacking_added or c.lacking_removed:
+            out.append("")
+    if target.status in ("added", "removed"):
+        counts = [
+            f"{len(s.added or s.removed)} {_TITLES[name].lower()}"
+            for name, s in target.sections.items()
+            if name not in ("versions", "alerts")
+        ]
+        return [*out, f"{target.status.capitalize()}: {', '.join(counts)}.", ""]
+    for name, section in target.sections.items():
+        if name == "versions":
+            out += ["Pinned versions in force changed (see **Versions**).", ""]
+            continue
+        out += [f"**{_TITLES[name]}**", ""]
+        out += [f"- added `{key}`" for key in section.added]
+        out += [f"- removed `{key}`" for key in section.removed]
+        for item in section.changed:
+            out += [
+                f"<details><summary>changed <code>{item.key}</code> "
+                f"({len(item.changes)} {'property' if len(item.changes) == 1 else 'properties'})"
+                "</summary>",
+                "",
+                "| property | old | new |",
+                "|---|---|---|",
+            ]
+            out += [f"| `{c.path}` | {_cell(c.old)} | {_cell(c.new)} |" for c in item.changes]
+            out += ["", "</details>"]
+        out.append("")
+    return out

@@ -1,0 +1,73 @@
+"""Golden plan files and a scratch git repository holding a copy of the working tree.
+
+Golden files in ``tests/golden/`` are compared byte for byte. Rewriting them is a deliberate act:
+
+    GPUINFRA_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/review
+
+then read the change in ``git diff tests/golden`` before committing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+@pytest.fixture(scope="session")
+def update_golden() -> bool:
+    return os.environ.get("GPUINFRA_UPDATE_GOLDEN") == "1"
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-c", "user.name=gpuinfra-test", "-c", "user.email=test@gpuinfra.invalid", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git repository whose one commit is the working tree as it is now (tracked and new files)."""
+    repo = tmp_path_factory.mktemp("base") / "repo"
+    listed = git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    for name in filter(None, listed.split("\0")):
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A file listed a moment ago may be gone (an editor's temporary file): skip it.
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            shutil.copy2(ROOT / name, target)
+    git(repo, "init", "--quiet", "--initial-branch=main")
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "--message", "base")
+    return repo
+
+
+@pytest.fixture
+def clone(base_repo: Path, tmp_path: Path) -> Callable[[str, Callable[[Path], None]], Path]:
+    """A clone of the base repository with one more commit made by ``change(root)``."""
+
+    def make(message: str, change: Callable[[Path], None]) -> Path:
+        repo = tmp_path / "clone"
+        subprocess.run(
+            ["git", "clone", "--quiet", str(base_repo), str(repo)], check=True, capture_output=True
+        )
+        change(repo)
+        git(repo, "add", "--all")
+        git(repo, "commit", "--quiet", "--message", message)
+        return repo
+
+    return make

@@ -1,0 +1,192 @@
+"""``gpuinfra diff`` on real commits in a scratch clone: a driver bump, a pool resize, an alert."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuinfra import catalog, cost, diff
+from gpuinfra.config import load_stack
+from tests.conftest import ROOT, Result, run_cli
+from tests.unit.review.conftest import git
+
+Clone = Callable[[str, Callable[[Path], None]], Path]
+
+
+def replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def run_diff(repo: Path, *args: str) -> Result:
+    return run_cli("diff", "--base", "origin/main", *args, root=repo, cwd=repo)
+
+
+def report_of(result: Result) -> dict[str, Any]:
+    assert result.code == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def target(report: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [t for t in report["targets"] if t["target"] == name]
+    return found
+
+
+def test_driver_bump_is_reported_old_to_new_with_no_cost(clone: Clone) -> None:
+    old = "580.159.04"
+    new = "580.172.01"
+
+    def bump(repo: Path) -> None:
+        versions = repo / "versions.yaml"
+        versions.write_text(versions.read_text().replace(f'"{old}"', f'"{new}"'))
+
+    repo = clone("Bump the 580 driver", bump)
+    report = report_of(run_diff(repo, "--stack", "prod", "--format", "json"))
+    bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
+    assert bumped["nvidia_driver.cuda_repo"] == (old, new)
+    assert bumped["nvidia_driver.preinstalled"] == (old, new)
+    assert report["versions"]["warnings"] == []
+    prod = target(report, "stack prod")
+    assert prod["status"] == "changed"
+    assert prod["cost"]["monthly_desired_usd"]["delta"] == 0
+    assert prod["cost"]["monthly_max_usd"]["delta"] == 0
+
+
+def test_node_pool_resize_changes_the_node_group_and_costs_more(clone: Clone) -> None:
+    pool = load_stack("prod", ROOT).node_pools[0]
+    grow = 2
+
+    def resize(repo: Path) -> None:
+        path = repo / "stacks" / "Pulumi.prod.yaml"
+        document = yaml.safe_load(path.read_text())
+        entry = document["config"]["gpuinfra:nodePools"][0]
+        entry["desiredSize"] = pool.desired_size + grow
+        entry["maxSize"] = max(pool.max_size, pool.desired_size + grow)
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    repo = clone("Grow the prod GPU pool", resize)
+    result = run_diff(repo, "--stack", "prod", "--format", "json")
+    prod = target(report_of(result), "stack prod")
+    assert prod["status"] == "changed"
+    changes = [
+        (item["key"], c)
+        for item in prod["sections"]["resources"]["changed"]
+        for c in item["changes"]
+        if c["path"].endswith("desiredSize")
+    ]
+    assert changes, prod["sections"]["resources"]
+    assert all(
+        (c["old"], c["new"]) == (pool.desired_size, pool.desired_size + grow) for _, c in changes
+    )
+    hourly = catalog.instance_types()[pool.instance_type].on_demand_usd_per_hour
+    assert hourly is not None
+    expected = grow * round(hourly * cost.HOURS_PER_MONTH, 2) + grow * pool.root_volume_gib * 0.08
+    assert prod["cost"]["monthly_desired_usd"]["delta"] == round(expected, 2)
+
+
+def test_alert_added_is_reported_by_name(clone: Clone) -> None:
+    def add_alert(repo: Path) -> None:
+        path = repo / "gpuinfra" / "addons" / "data" / "gpu-alerts.yaml"
+        rules = yaml.safe_load(path.read_text())
+        rules["groups"][0]["rules"].append(
+            {
+                "alert": "GpuPowerCapped",
+                "expr": "DCGM_FI_DEV_POWER_USAGE > 690",
+                "for": "15m",
+                "labels": {"severity": "info"},
+                "annotations": {"summary": "GPU {{ $labels.gpu }} runs at its power cap"},
+            }
+        )
+        path.write_text(yaml.safe_dump(rules, sort_keys=False))
+
+    repo = clone("Alert on power-capped GPUs", add_alert)
+    result = run_diff(repo, "--stack", "prod", "--format", "markdown")
+    assert result.code == 0, result.stderr
+    comment = result.stdout
+    assert comment.startswith("## gpuinfra diff against `origin/main`")
+    assert "stack prod: changed" in comment
+    alerts = comment.split("**Alerts**", 1)[1].split("**", 1)[0]
+    assert alerts.strip() == "- added `GpuPowerCapped`"
+    assert "| monthly cost |" not in comment, "an alert costs nothing"
+
+
+def test_bump_that_breaks_a_compatibility_rule_is_a_warning(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    head = tmp_path / "head.yaml"
+    text = (ROOT / "versions.yaml").read_text()
+    base.write_text(text)
+    head.write_text(text.replace('version: "0.19.2"', 'version: "0.15.0"', 1))
+    result = diff.diff_versions(base, head)
+    assert [(c.path, c.old, c.new) for c in result.bumped] == [("kueue", "0.19.2", "0.15.0")]
+    (warning,) = result.warnings
+    assert warning.startswith("versions.yaml: kueue.version: kueue 0.15 is not in the Kubernetes")
+
+
+def test_unknown_base_is_a_usage_error(base_repo: Path) -> None:
+    result = run_cli("diff", "--base", "no-such-ref", root=base_repo, cwd=base_repo)
+    assert result.code == 2
+    assert result.stderr.startswith("error: --base no-such-ref: not a commit")
+
+
+def test_host_moved_to_another_driver_source_changes_only_that_host(clone: Clone) -> None:
+    def move(repo: Path) -> None:
+        host_vars = repo / "inventory" / "example" / "host_vars"
+        host_vars.mkdir(exist_ok=True)
+        (host_vars / "gpu-node-02.yml").write_text("nvidia_driver_source: cuda_repo\n")
+
+    repo = clone("Move gpu-node-02 to the CUDA repository driver", move)
+    report = report_of(run_diff(repo, "--site", "example", "--format", "json"))
+    site = target(report, "site example")
+    assert site["status"] == "changed"
+    hosts = site["sections"]["hosts"]
+    assert [item["key"] for item in hosts["changed"]] == ["gpu-node-02"]
+    changes = {c["path"]: (c["old"], c["new"]) for c in hosts["changed"][0]["changes"]}
+    pins = yaml.safe_load((ROOT / "versions.yaml").read_text())["nvidia_driver"]
+    assert changes["versions.nvidia_driver.version"] == (
+        pins["distro"]["version"],
+        pins["cuda_repo"]["version"],
+    )
+    assert changes["roles.nvidia_driver.nvidia_driver_source"] == ("distro", "cuda_repo")
+    assert site["cost"] is None, "a site has no cloud cost"
+
+
+def test_bump_that_breaks_a_rule_warns_and_fails_the_diff(clone: Clone) -> None:
+    def bump(repo: Path) -> None:
+        replace(repo / "versions.yaml", 'version: "0.19.2"', 'version: "0.15.0"')
+
+    repo = clone("Downgrade Kueue", bump)
+    result = run_diff(repo, "--stack", "dev", "--format", "markdown")
+    assert result.code == 1
+    assert "| kueue | `0.19.2` | `0.15.0` |" in result.stdout
+    assert "> **Warning:** versions.yaml: kueue.version: kueue 0.15" in result.stdout
+    assert "### stack dev: error" in result.stdout
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: stack dev: versions.yaml: kueue.version: kueue 0.15")
+
+
+def test_base_from_before_the_review_path_shows_everything_added(
+    base_repo: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    git(repo, "rm", "--quiet", "gpuinfra/plan.py")
+    git(repo, "commit", "--quiet", "--message", "Before gpuinfra plan")
+    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/plan.py")
+    git(repo, "commit", "--quiet", "--message", "Add gpuinfra plan")
+    result = run_cli(
+        "diff", "--base", "HEAD~1", "--stack", "dev", "--format", "json", root=repo, cwd=repo
+    )
+    report = report_of(result)
+    assert report["notes"] == ["HEAD~1 predates `gpuinfra plan`: every target is new."]
+    dev = target(report, "stack dev")
+    assert dev["status"] == "added"
+    assert dev["sections"]["resources"]["added"], "every resource is new"
+    assert dev["sections"]["resources"]["removed"] == []
