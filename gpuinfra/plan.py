@@ -142,7 +142,7 @@ class Redactor:
 
 def stand_ins(run: stackrun.StackRun, region: str) -> set[str]:
     """Every value the mock runtime made up for the resources of ``run``."""
-    mock = stackrun._Mocks(region)
+    mock = stackrun.StandInMocks(region)
     made_up: set[str] = set()
     for resource in run.resources:
         if not resource.custom:
@@ -264,7 +264,7 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
         settings = {
             role: {
                 **defaults.get(role, {}),
-                **{k: v for k, v in host.vars.items() if site_mod._owner(k, specs) == role},
+                **{k: v for k, v in host.vars.items() if site_mod.owner(k, specs) == role},
             }
             for role in roles
         }
@@ -294,7 +294,7 @@ def _role_defaults(
 ) -> dict[str, Any]:
     path = role_dir / "defaults" / "main.yml"
     data = load_yaml(path) if path.exists() else {}
-    return {k: v for k, v in (data or {}).items() if site_mod._owner(k, specs) == role}
+    return {k: v for k, v in (data or {}).items() if site_mod.owner(k, specs) == role}
 
 
 _ROLE_TASKS = (

@@ -88,7 +88,7 @@ def check_vars(
     specs = role_specs(roles_dir)
     problems: list[Problem] = []
     for key, value in variables.items():
-        role = _owner(key, specs)
+        role = owner(key, specs)
         if role is None:
             continue
         spec = specs[role].get(key)
@@ -134,7 +134,8 @@ def _templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
 
 
-def _owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
+def owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
+    """The role whose variable ``key`` is, or None for a variable no role declares."""
     # The longest role name that prefixes the key owns it (nvidia_driver vs nvidia_driver_x).
     owners = [role for role in specs if key == role or key.startswith(role + "_")]
     return max(owners, key=len) if owners else None

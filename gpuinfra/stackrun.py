@@ -68,7 +68,7 @@ class StackRun:
         return [r for r in self.resources if r.parent == parent]
 
 
-class _Mocks(pulumi.runtime.Mocks):
+class StandInMocks(pulumi.runtime.Mocks):
     """Deterministic stand-ins for what AWS and Kubernetes would return."""
 
     def __init__(self, region: str) -> None:
@@ -93,7 +93,7 @@ class _Mocks(pulumi.runtime.Mocks):
 class _RecordingMonitor(mocks.MockMonitor):
     """The mock monitor, also keeping each registration's type, name, inputs and parent."""
 
-    def __init__(self, mock: _Mocks) -> None:
+    def __init__(self, mock: StandInMocks) -> None:
         super().__init__(mock)
         self.registered: list[Resource] = []
         self._lock = threading.Lock()
@@ -155,7 +155,7 @@ def run_program(
     program: Callable[[], None], *, stack: str = "test", region: str = "us-east-1"
 ) -> StackRun:
     """Run any Pulumi program function under the mocks (component tests use this directly)."""
-    monitor = _RecordingMonitor(_Mocks(region))
+    monitor = _RecordingMonitor(StandInMocks(region))
     # A fresh root stack and settings per run: the previous run's resources must not leak in.
     settings.ROOT.set(None)
     pulumi.runtime.set_mocks(
