@@ -260,29 +260,20 @@ def _storage(cfg: StackConfig) -> list[CostLine]:
         key = f"fsx-lustre:PERSISTENT_2:{fsx.throughput_per_tib}"
         price = prices.get(key)
         item = f"FSx for Lustre PERSISTENT_2, {fsx.throughput_per_tib} MB/s/TiB"
-        if price is None:
-            lines.append(
-                CostLine(
-                    category="fsx",
-                    item=item,
-                    unit="GB-month",
-                    status="lacking",
-                    unit_usd=None,
-                    quantity_desired=fsx.storage_capacity_gib,
-                    quantity_max=fsx.storage_capacity_gib,
-                    note=f"no price for the {fsx.throughput_per_tib} MB/s/TiB tier in the table",
-                )
+        lines.append(
+            CostLine(
+                category="fsx",
+                item=item,
+                unit="GB-month",
+                status="lacking" if price is None else "priced",
+                unit_usd=price,
+                quantity_desired=fsx.storage_capacity_gib,
+                quantity_max=fsx.storage_capacity_gib,
+                note=(
+                    f"no price for the {fsx.throughput_per_tib} MB/s/TiB tier in the table"
+                    if price is None
+                    else ""
+                ),
             )
-        else:
-            lines.append(
-                CostLine(
-                    category="fsx",
-                    item=item,
-                    unit="GB-month",
-                    status="priced",
-                    unit_usd=price,
-                    quantity_desired=fsx.storage_capacity_gib,
-                    quantity_max=fsx.storage_capacity_gib,
-                )
-            )
+        )
     return lines

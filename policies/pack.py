@@ -7,9 +7,7 @@ stack's own file, ``stacks/Pulumi.<stack>.yaml`` (``gpuinfra:policy``), read by 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -22,15 +20,8 @@ from pulumi_policy import (
 )
 
 from gpuinfra.config import load_stack
+from gpuinfra.stackrun import Resource
 from policies.validators import RESOURCE_RULES, STACK_RULES, Limits, ResourceRule, StackRule
-
-
-@dataclass(frozen=True)
-class _Resource:
-    type_: str
-    name: str
-    inputs: dict[str, Any]
-    parent: str | None
 
 
 @cache
@@ -45,7 +36,7 @@ def stack_of(urn: str) -> str:
 
 def resource_check(rule: ResourceRule) -> Callable[[ResourceValidationArgs, ReportViolation], None]:
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-        resource = _Resource(args.resource_type, args.name, dict(args.props), None)
+        resource = Resource(args.resource_type, args.name, dict(args.props), None)
         for message in rule(resource, limits(stack_of(args.urn))):
             report(message, args.urn)
 
@@ -57,7 +48,7 @@ def stack_check(rule: StackRule) -> Callable[[StackValidationArgs, ReportViolati
         if not args.resources:
             return
         resources = [
-            _Resource(r.resource_type, r.name, dict(r.props), r.parent.name if r.parent else None)
+            Resource(r.resource_type, r.name, dict(r.props), r.parent.name if r.parent else None)
             for r in args.resources
         ]
         for message in rule(resources, limits(stack_of(args.resources[0].urn))):
