@@ -187,6 +187,7 @@ def main():
             "search_paths": {"type": "list", "elements": "path",
                              "default": ["/usr/local/nvidia/bin", "/usr/bin"]},
             "report_path": {"type": "path"},
+            "fail_on_error": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -217,7 +218,22 @@ def main():
         written = write_report(params["report_path"], report)
     # The report records observations (temperatures, power draw) that differ on every run;
     # rewriting it configures nothing, so it does not count as a change to the node.
-    module.exit_json(changed=False, report=report, report_written=written)
+    failures = [check for check in report["checks"] if check["status"] == "fail"]
+    result = {"changed": False, "report": report, "report_written": written}
+    if failures and params["fail_on_error"]:
+        where = " (report: %s)" % params["report_path"] if params["report_path"] else ""
+        module.fail_json(
+            msg="%d check(s) failed on %s: %s%s" % (
+                len(failures), observed["host"],
+                "; ".join("%s: %s" % (c["name"], c["detail"]) for c in failures), where),
+            **result)
+    module.exit_json(msg=verdict(report), **result)
+
+
+def verdict(report):
+    """One line: the summary, then each check's status."""
+    return "%s: %s" % (report["summary"], ", ".join(
+        "%s=%s" % (check["name"], check["status"]) for check in report["checks"]))
 
 
 if __name__ == "__main__":

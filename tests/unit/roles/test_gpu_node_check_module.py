@@ -32,7 +32,9 @@ def nvidia_on_pci() -> bool:
     )
 
 
-def run_module(tmp_path: Path, search_path: Path, **args: Any) -> dict[str, Any]:
+def run_module(
+    tmp_path: Path, search_path: Path, *, expect_rc: int = 0, **args: Any
+) -> dict[str, Any]:
     module_args = {
         "expected_driver": "580.159.04",
         "expected_gpu_count": 1,
@@ -70,7 +72,7 @@ def run_module(tmp_path: Path, search_path: Path, **args: Any) -> dict[str, Any]
         timeout=120,
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == expect_rc, proc.stdout + proc.stderr
     output = json.loads(proc.stdout)
     result: dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
     return result
@@ -116,3 +118,22 @@ def test_nvidia_smi_found_in_a_search_path_is_parsed(tmp_path: Path, fake_smi: P
 def test_an_unchanged_report_is_not_rewritten(tmp_path: Path, fake_smi: Path) -> None:
     assert run_module(tmp_path, fake_smi)["report_written"] is True
     assert run_module(tmp_path, fake_smi)["report_written"] is False
+
+
+def test_fail_on_error_fails_naming_each_failed_check_and_keeps_the_report(
+    tmp_path: Path, fake_smi: Path
+) -> None:
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("a loaded NVIDIA module would make NVML and the kernel module agree")
+    # Expecting two GPUs where the H200 outputs show one fails gpu_count as well.
+    result = run_module(tmp_path, fake_smi, expect_rc=2, fail_on_error=True, expected_gpu_count=2)
+    assert result["failed"] is True
+    assert result["msg"].startswith("2 check(s) failed on ")
+    assert "gpu_count: " in result["msg"] and "nvml_kernel_match: " in result["msg"]
+    assert str(tmp_path / "report" / "node-check.json") in result["msg"]
+    assert result["report"]["summary"] == "failed"
+
+
+def test_a_passing_run_says_its_verdict(tmp_path: Path, fake_smi: Path) -> None:
+    result = run_module(tmp_path, tmp_path, fail_on_error=True)
+    assert result["msg"].startswith(result["report"]["summary"] + ": driver_version=skip")
