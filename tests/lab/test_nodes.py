@@ -96,3 +96,20 @@ def test_node_check_reports_no_gpu(
 def test_second_converge_changes_nothing(second_converge: runner.RunResult) -> None:
     assert second_converge.ok, second_converge.failures
     assert second_converge.changed() == dict.fromkeys(CONVERGED, 0)
+
+
+def test_driver_toolkit_and_containerd_come_in_one_apt_transaction(
+    node: testinfra.host.Host,
+) -> None:
+    history = node.file("/var/log/apt/history.log").content_string
+    runs = [run for run in history.split("\n\n") if "Commandline:" in run]
+
+    def installs(run: str, package: str) -> bool:
+        return re.search(rf"^Install:.*[ ,]{re.escape(package)}:amd64 \(", run, re.M) is not None
+
+    ours = [run for run in runs if installs(run, "nvidia-driver")]
+    assert len(ours) == 1, [r.splitlines()[1] for r in ours]
+    for package in ("nvidia-kernel-dkms", *TOOLKIT.source.packages, "containerd"):
+        assert installs(ours[0], package), package
+    # apt-get itself, not the apt module: no python3-apt was installed to drive it.
+    assert not any(installs(run, "python3-apt") for run in runs)
