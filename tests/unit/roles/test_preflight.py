@@ -1,4 +1,5 @@
-"""Bad inventory values stop nodes.yml in preflight, before anything is installed.
+"""Bad inventory values stop nodes.yml in preflight, before anything is installed, and
+check.yml before the check runs.
 
 The play runs against this machine with only the preflight tag: every task it reaches is read-only.
 """
@@ -15,7 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def preflight(tmp_path: Path, *extra_vars: str) -> subprocess.CompletedProcess[str]:
+def preflight(
+    tmp_path: Path, *extra_vars: str, playbook: str = "playbooks/nodes.yml"
+) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         "gpu_nodes:\n  hosts:\n    localhost:\n"
@@ -31,7 +34,7 @@ def preflight(tmp_path: Path, *extra_vars: str) -> subprocess.CompletedProcess[s
     for value in extra_vars:
         args += ["-e", value]
     return subprocess.run(
-        [*args, "--tags", "preflight", "playbooks/nodes.yml"],
+        [*args, "--tags", "preflight", playbook],
         capture_output=True,
         text=True,
         env=env,
@@ -58,3 +61,13 @@ def test_unpinned_driver_version_says_to_bump_versions_yaml(tmp_path: Path) -> N
     output = " ".join((result.stdout + result.stderr).split())
     assert "nvidia_driver_version '535.999.01' is not pinned for source 'distro'" in output
     assert "versions.yaml pins 535.261.03" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_node_check_with_a_source_that_has_no_pin_says_what_to_set(tmp_path: Path) -> None:
+    result = preflight(tmp_path, "gpu_node_check_driver_source=foo", playbook="playbooks/check.yml")
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert 'gpu_node_check_driver_source "foo" has no pinned driver' in output
+    assert "one of distro, cuda_repo, preinstalled" in output
+    assert "Traceback" not in output
