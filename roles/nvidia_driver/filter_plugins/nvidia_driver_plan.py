@@ -14,6 +14,7 @@ what a re-converge spent on the controller.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -26,6 +27,9 @@ SOURCE_TASKS = {
     "preinstalled": "preinstalled.yml",
 }
 OWNED = " root:root:644"
+# Where Debian keeps the driver (non-free), its firmware (non-free-firmware) and the helpers it
+# depends on (contrib).
+COMPONENTS = ("contrib", "non-free", "non-free-firmware")
 
 
 def probe_state(lines: list[str]) -> dict[str, str]:
@@ -38,6 +42,22 @@ def probe_files(lines: list[str]) -> dict[str, str]:
     """PATH -> 'SHA1 OWNER:GROUP:MODE' or 'absent', from the probe's file lines."""
     pairs = (line[len("file ") :].split(" ", 1) for line in lines if line.startswith("file "))
     return {path: state for path, state in pairs}
+
+
+def sha1(text: str) -> str:
+    # The probe reads files with sha1sum.
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def components_file(uri: str, suite: str, components: list[str]) -> str:
+    """The deb822 source that enables Debian's components the host's other sources lack."""
+    return (
+        "# Managed by gpuinfra (roles/nvidia_driver); local edits are overwritten.\n"
+        "Types: deb\n"
+        f"URIs: {uri}\n"
+        f"Suites: {suite}\n"
+        f"Components: {' '.join(components)}\n"
+    )
 
 
 def _count(lines: list[str], pattern: str) -> int:
@@ -71,14 +91,18 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     def differs(path: str) -> bool:
         return files.get(path) != f"{want['files'][path]}{OWNED}"
 
-    write_nonfree = (
-        want["distribution"] == "Debian"
-        and state.get("nonfree_elsewhere") == "1"
-        and differs(want["nonfree_file"])
-    )
+    # Only Debian's distro source probes the components; the file names those no other source has.
+    nonfree_content = ""
+    if want["distribution"] == "Debian" and "components_elsewhere" in state:
+        missing = [c for c in COMPONENTS if c not in state["components_elsewhere"].split()]
+        if missing:
+            nonfree_content = components_file(want["distro_repo_url"], want["distro_suite"], missing)
+    nonfree_now = files.get(want["nonfree_file"], "absent")
+    write_nonfree = bool(nonfree_content) and nonfree_now != sha1(nonfree_content) + OWNED
+    remove_nonfree = "components_elsewhere" in state and not nonfree_content and nonfree_now != "absent"
     write_pref = want["uses_apt"] and differs(want["pref_file"])
     write_unattended = want["uses_apt"] and differs(want["unattended_file"])
-    repo_drift = write_nonfree or write_pref or write_unattended
+    repo_drift = write_nonfree or remove_nonfree or write_pref or write_unattended
 
     source, family = want["source"], want["os_family"]
     if source == "distro" and family == "Debian" and not repo_drift:
@@ -125,7 +149,9 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
             "blocked": blocked,
         },
         "source_tasks": source_tasks,
+        "nonfree_content": nonfree_content,
         "write_nonfree": write_nonfree,
+        "remove_nonfree": remove_nonfree,
         "write_pref": write_pref,
         "write_unattended": write_unattended,
         "write_nouveau": write_nouveau,

@@ -7,6 +7,7 @@ cases are that host with one thing changed.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +37,15 @@ NOUVEAU = "/etc/modprobe.d/gpuinfra-blacklist-nouveau.conf"
 NONFREE = "/etc/apt/sources.list.d/gpuinfra-debian-nonfree.sources"
 PREF = "/etc/apt/preferences.d/gpuinfra-nvidia-driver.pref"
 UNATTENDED = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-unattended-upgrades"
+# The lab image's sources enable non-free and non-free-firmware but not contrib: the role adds it.
+CONTRIB_ONLY = (
+    "# Managed by gpuinfra (roles/nvidia_driver); local edits are overwritten.\n"
+    "Types: deb\n"
+    "URIs: http://deb.debian.org/debian\n"
+    "Suites: bookworm\n"
+    "Components: contrib\n"
+)
+CONTRIB_ONLY_SHA1 = hashlib.sha1(CONTRIB_ONLY.encode()).hexdigest()
 DRIVER_PACKAGES = ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "firmware-nvidia-gsp"]
 
 CONVERGED_DRIVER = [
@@ -53,10 +63,10 @@ CONVERGED_DRIVER = [
     "dpkg nvidia-persistenced 535.171.04-1~deb12u1 install ok installed",
     "dpkg nvidia-smi 535.261.03-1 hold ok installed",
     "installed=535.261.03-1",
-    f"file {NONFREE} dead0e7f32a1067087df6e2bc03bbedd5b3ebe30 root:root:644",
+    f"file {NONFREE} {CONTRIB_ONLY_SHA1} root:root:644",
     f"file {PREF} f662c5321bce9377d46a2d250a79430ff82363c7 root:root:644",
     f"file {UNATTENDED} 89cd2f1d42977b49b220584e5a6465b61d98428d root:root:644",
-    "nonfree_elsewhere=1",
+    "components_elsewhere=non-free non-free-firmware",
 ]
 
 # A host before the first converge: nothing of the driver's installed, none of its files written.
@@ -90,12 +100,13 @@ def driver_inputs(**changes: Any) -> dict[str, Any]:
         "persistence_mode": True,
         "blacklist_nouveau": True,
         "nonfree_file": NONFREE,
+        "distro_repo_url": "http://deb.debian.org/debian",
+        "distro_suite": "bookworm",
         "pref_file": PREF,
         "unattended_file": UNATTENDED,
         "nouveau_file": NOUVEAU,
         "files": {
             NOUVEAU: "ac11a5977140eaebd433ada39a78ae10cb138313",
-            NONFREE: "dead0e7f32a1067087df6e2bc03bbedd5b3ebe30",
             PREF: "f662c5321bce9377d46a2d250a79430ff82363c7",
             UNATTENDED: "89cd2f1d42977b49b220584e5a6465b61d98428d",
         },
@@ -134,6 +145,7 @@ def test_a_fresh_host_gets_repositories_pins_packages_and_nouveau() -> None:
     }
     assert plan["source_tasks"] == "repositories_distro.yml"
     assert plan["write_nonfree"] and plan["write_pref"] and plan["write_unattended"]
+    assert plan["nonfree_content"] == CONTRIB_ONLY
     assert plan["write_nouveau"] and plan["configure"]
     assert plan["failure"] == "nvidia-driver on lab-1 is not installed, expected 535.261.03."
 
@@ -169,9 +181,27 @@ def test_a_changed_pin_file_is_written_again_and_only_it() -> None:
     assert plan["source_tasks"] == "repositories_distro.yml"
 
 
-def test_nonfree_enabled_by_another_source_is_left_to_it() -> None:
-    lines = replace(FRESH_DRIVER, "nonfree_elsewhere=", "nonfree_elsewhere=0")
-    assert driver(lines, driver_inputs())["write_nonfree"] is False
+def test_the_components_file_names_only_what_other_sources_lack() -> None:
+    lines = replace(FRESH_DRIVER, "components_elsewhere=", "components_elsewhere=")
+    content = driver(lines, driver_inputs())["nonfree_content"]
+    assert content.endswith("Components: contrib non-free non-free-firmware\n")
+
+    plan = driver(
+        replace(FRESH_DRIVER, "components_elsewhere=", "components_elsewhere=contrib non-free"),
+        driver_inputs(),
+    )
+    assert plan["nonfree_content"].endswith("Components: non-free-firmware\n")
+    assert plan["write_nonfree"] is True
+
+
+def test_the_components_file_goes_when_other_sources_enable_them_all() -> None:
+    everything = "components_elsewhere=contrib non-free non-free-firmware"
+    plan = driver(replace(CONVERGED_DRIVER, "components_elsewhere=", everything), driver_inputs())
+    assert plan["remove_nonfree"] is True
+    assert plan["write_nonfree"] is False
+    assert plan["source_tasks"] == "repositories_distro.yml"
+    fresh = driver(replace(FRESH_DRIVER, "components_elsewhere=", everything), driver_inputs())
+    assert fresh["remove_nonfree"] is False and fresh["write_nonfree"] is False
 
 
 BARE_METAL = replace(CONVERGED_DRIVER, "container=", "container=1")
