@@ -114,6 +114,20 @@ def fact_floor(inventory: Path, limit: str) -> float:
     return float(seconds)
 
 
+def apt_seconds(run: runner.RunResult) -> dict[str, float]:
+    """Per host, how long the package run's apt-get took (its task's delta), from the run's events."""
+    seconds = {}
+    for path in (run.artifact_dir / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and str(data.get("task", "")).startswith(
+            "Packages | read"
+        ):
+            hours, minutes, rest = str(data["res"]["delta"]).split(":")
+            seconds[data["host"]] = round(int(hours) * 3600 + int(minutes) * 60 + float(rest), 1)
+    return dict(sorted(seconds.items()))
+
+
 def median_of(samples: list[float]) -> float:
     return sorted(samples)[len(samples) // 2]
 
@@ -147,6 +161,8 @@ def measure(settings: lab.Settings, count: int, url: str, repeat: int) -> dict[s
     return {
         "hosts": count,
         "first_converge_s": round(first_s, 1),
+        # apt's share of the first converge, per host: it varies run to run with the hosts' I/O.
+        "first_converge_apt_s": apt_seconds(first),
         "reconverge_s": round(again_s, 2),
         "reconverge_changed": sum(again.changed().values()),
         "reconverge_samples_s": [round(x, 2) for x in agains],
@@ -189,7 +205,8 @@ def run_all(
                 row = measure(settings, count, server.url, repeat)
                 results.append(row)
                 print(
-                    f"N={count}: first {row['first_converge_s']}s, re-converge "
+                    f"N={count}: first {row['first_converge_s']}s (apt per host: "
+                    f"{', '.join(map(str, row['first_converge_apt_s'].values()))}s), re-converge "
                     f"{row['reconverge_s']}s (changed={row['reconverge_changed']}), fact floor "
                     f"{row['fact_floor_s']}s, package floor {row['package_floor_s']}s "
                     f"(on {count} at once: {row['package_floor_parallel_s']}s) | "
