@@ -72,6 +72,8 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     """The role's decisions for one host, from its probe lines and resolved inputs."""
     state = probe_state(lines)
     files = probe_files(lines)
+    # The probe reads the running kernel; the fact is the fallback (and may predate a reboot).
+    kernel = state.get("kernel") or want["kernel"]
     dpkg = [line[len("dpkg ") :] for line in lines if line.startswith("dpkg ")]
     in_container = state.get("container") == "0" or (
         want["virtualization_type"] in CONTAINER_VIRT and want["virtualization_role"] == "guest"
@@ -82,7 +84,7 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     # lacks it, the running kernel's headers where DKMS will build) at any version.
     apt_packages: list[str] = list(want["apt_packages"])
     headers = want["install_kernel_headers"] and want["dkms"] and not in_container
-    extras = list(want["extra_packages"]) + ([f"linux-headers-{want['kernel']}"] if headers else [])
+    extras = list(want["extra_packages"]) + ([f"linux-headers-{kernel}"] if headers else [])
     build = re.escape(want["apt_version"]).replace(r"\*", ".*")
     held = _count(dpkg, rf"({_alternatives(apt_packages)}) {build} hold ok installed")
     extra = _count(dpkg, rf"({_alternatives(extras)}) \S+ \S+ ok installed") if extras else 0
@@ -96,10 +98,14 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     if want["distribution"] == "Debian" and "components_elsewhere" in state:
         missing = [c for c in COMPONENTS if c not in state["components_elsewhere"].split()]
         if missing:
-            nonfree_content = components_file(want["distro_repo_url"], want["distro_suite"], missing)
+            nonfree_content = components_file(
+                want["distro_repo_url"], want["distro_suite"], missing
+            )
     nonfree_now = files.get(want["nonfree_file"], "absent")
     write_nonfree = bool(nonfree_content) and nonfree_now != sha1(nonfree_content) + OWNED
-    remove_nonfree = "components_elsewhere" in state and not nonfree_content and nonfree_now != "absent"
+    remove_nonfree = (
+        "components_elsewhere" in state and not nonfree_content and nonfree_now != "absent"
+    )
     write_pref = want["uses_apt"] and differs(want["pref_file"])
     write_unattended = want["uses_apt"] and differs(want["unattended_file"])
     repo_drift = write_nonfree or remove_nonfree or write_pref or write_unattended
@@ -116,7 +122,7 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     wont_build = want["uses_apt"] and want["dkms"] and not in_container and not has_headers
     if wont_build and not want["install_kernel_headers"]:
         blocked = (
-            f"no kernel headers for the running kernel {want['kernel']} on {want['host']} and "
+            f"no kernel headers for the running kernel {kernel} on {want['host']} and "
             "nvidia_driver_install_kernel_headers is false: DKMS could not build the NVIDIA "
             "module. Install the headers package or set nvidia_driver_install_kernel_headers "
             "to true."
@@ -137,6 +143,7 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
 
     return {
         "state": state,
+        "kernel": kernel,
         "in_container": in_container,
         # What roles/node_packages reads: settled when apt and the holds have nothing to do.
         "request": {
@@ -158,13 +165,13 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
         "start_persistenced": start_persistenced,
         # Whether configure.yml has anything to do when no package run precedes it.
         "configure": write_nouveau or start_persistenced,
-        "failure": _failure(state, want, in_container, has_headers),
-        "report": _report(state, want, in_container),
+        "failure": _failure(state, want, kernel, in_container, has_headers),
+        "report": _report(state, want, kernel, in_container),
     }
 
 
 def _failure(
-    state: dict[str, str], want: dict[str, Any], in_container: bool, has_headers: bool
+    state: dict[str, str], want: dict[str, Any], kernel: str, in_container: bool, has_headers: bool
 ) -> str:
     """Why the check fails, or '' when the pinned build is installed and DKMS can build."""
     installed = state.get("installed", "")
@@ -175,7 +182,6 @@ def _failure(
             f"expected {want['version']}."
         )
     if want["dkms"] and not in_container and not has_headers:
-        kernel = want["kernel"]
         return (
             f"No kernel headers for the running kernel {kernel} on {want['host']}: DKMS cannot "
             f"build the NVIDIA module. Install linux-headers-{kernel} (or kernel-devel), or reboot "
@@ -184,7 +190,9 @@ def _failure(
     return ""
 
 
-def _report(state: dict[str, str], want: dict[str, Any], in_container: bool) -> list[str]:
+def _report(
+    state: dict[str, str], want: dict[str, Any], kernel: str, in_container: bool
+) -> list[str]:
     """Secure Boot always, and why no module or persistence where that holds."""
     if state.get("mokutil") == "0":
         secure_boot = state.get("secure_boot") or "unknown"
@@ -196,7 +204,7 @@ def _report(state: dict[str, str], want: dict[str, Any], in_container: bool) -> 
     ]
     if want["dkms"] and in_container:
         lines.append(
-            f"{want['host']} is a container running the host kernel {want['kernel']}: the driver "
+            f"{want['host']} is a container running the host kernel {kernel}: the driver "
             "packages install, DKMS builds no module and no GPU is usable here. That is expected "
             "in the lab, not a broken host."
         )

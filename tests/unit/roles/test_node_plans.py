@@ -50,6 +50,7 @@ DRIVER_PACKAGES = ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "firmwar
 
 CONVERGED_DRIVER = [
     "container=0",
+    "kernel=6.18.44-fc-v857",
     "headers=1",
     "mokutil=127",
     "secure_boot=",
@@ -88,7 +89,7 @@ def driver_inputs(**changes: Any) -> dict[str, Any]:
         "version": "535.261.03",
         "os_family": "Debian",
         "distribution": "Debian",
-        "kernel": "6.1.0-28-amd64",
+        "kernel": "6.18.44-fc-v857",
         "virtualization_type": "",
         "virtualization_role": "",
         "uses_apt": True,
@@ -130,7 +131,7 @@ def test_a_converged_lab_host_has_nothing_to_do_and_says_why_no_module_loads() -
     assert plan["in_container"] is True
     report = " ".join(plan["report"])
     assert "Secure Boot: unknown (mokutil not available)" in report
-    assert "lab-1 is a container running the host kernel 6.1.0-28-amd64" in report
+    assert "lab-1 is a container running the host kernel 6.18.44-fc-v857" in report
     assert "enabled for the next boot, not started now" in report
 
 
@@ -211,23 +212,31 @@ def test_bare_metal_without_headers_installs_them_or_blocks_the_package_run() ->
     plan = driver(BARE_METAL, driver_inputs())
     assert plan["in_container"] is False
     assert plan["request"]["blocked"] == ""
-    assert "linux-headers-6.1.0-28-amd64" in plan["request"]["packages"]
+    assert "linux-headers-6.18.44-fc-v857" in plan["request"]["packages"]
     assert plan["request"]["settled"] is False  # the headers package is not installed yet
-    assert "Install linux-headers-6.1.0-28-amd64 (or kernel-devel)" in plan["failure"]
+    assert "Install linux-headers-6.18.44-fc-v857 (or kernel-devel)" in plan["failure"]
 
     blocked = driver(BARE_METAL, driver_inputs(install_kernel_headers=False))["request"]["blocked"]
-    assert "no kernel headers for the running kernel 6.1.0-28-amd64 on lab-1" in blocked
+    assert "no kernel headers for the running kernel 6.18.44-fc-v857 on lab-1" in blocked
     assert "set nvidia_driver_install_kernel_headers to true" in blocked
 
 
 def test_with_headers_installed_bare_metal_is_settled_and_passes() -> None:
     lines = [
         *replace(BARE_METAL, "headers=", "headers=0"),
-        "dpkg linux-headers-6.1.0-28-amd64 6.1.119-1 install ok installed",
+        "dpkg linux-headers-6.18.44-fc-v857 6.18.44-1 install ok installed",
     ]
     plan = driver(lines, driver_inputs())
     assert plan["request"]["settled"] is True
     assert plan["failure"] == ""
+
+
+def test_the_running_kernel_comes_from_the_probe_not_from_cached_facts() -> None:
+    # Facts cached before a reboot into a new kernel still name the old one.
+    plan = driver(BARE_METAL, driver_inputs(kernel="6.1.0-27-amd64"))
+    assert plan["kernel"] == "6.18.44-fc-v857"
+    assert "linux-headers-6.18.44-fc-v857" in plan["request"]["packages"]
+    assert "linux-headers-6.1.0-27-amd64" not in " ".join(plan["request"]["packages"])
 
 
 def test_podman_guest_facts_count_as_a_container_when_systemd_cannot_tell() -> None:
