@@ -90,8 +90,8 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
     extra = _count(dpkg, rf"({_alternatives(extras)}) \S+ \S+ ok installed") if extras else 0
     settled = not want["uses_apt"] or (held == len(apt_packages) and extra == len(extras))
 
-    def differs(path: str) -> bool:
-        return files.get(path) != f"{want['files'][path]}{OWNED}"
+    def differs(path: str, sha: str) -> bool:
+        return files.get(path) != f"{sha}{OWNED}"
 
     # Only Debian's distro source probes the components; the file names those no other source has.
     nonfree_content = ""
@@ -101,13 +101,17 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
             nonfree_content = components_file(
                 want["distro_repo_url"], want["distro_suite"], missing
             )
-    nonfree_now = files.get(want["nonfree_file"], "absent")
-    write_nonfree = bool(nonfree_content) and nonfree_now != sha1(nonfree_content) + OWNED
+    nonfree = want["nonfree_file"]
+    write_nonfree = bool(nonfree_content) and differs(nonfree, sha1(nonfree_content))
     remove_nonfree = (
-        "components_elsewhere" in state and not nonfree_content and nonfree_now != "absent"
+        "components_elsewhere" in state
+        and not nonfree_content
+        and files.get(nonfree, "absent") != "absent"
     )
-    write_pref = want["uses_apt"] and differs(want["pref_file"])
-    write_unattended = want["uses_apt"] and differs(want["unattended_file"])
+    write_pref = want["uses_apt"] and differs(want["pref_file"], want["files"][want["pref_file"]])
+    write_unattended = want["uses_apt"] and differs(
+        want["unattended_file"], want["files"][want["unattended_file"]]
+    )
     repo_drift = write_nonfree or remove_nonfree or write_pref or write_unattended
 
     source, family = want["source"], want["os_family"]
@@ -139,7 +143,8 @@ def nvidia_driver_plan(lines: list[str], want: dict[str, Any]) -> dict[str, Any]
         )
     )
 
-    write_nouveau = want["blacklist_nouveau"] and differs(want["nouveau_file"])
+    nouveau = want["nouveau_file"]
+    write_nouveau = want["blacklist_nouveau"] and differs(nouveau, want["files"][nouveau])
 
     return {
         "state": state,

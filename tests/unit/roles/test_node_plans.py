@@ -183,8 +183,10 @@ def test_a_changed_pin_file_is_written_again_and_only_it() -> None:
 
 
 def test_the_components_file_names_only_what_other_sources_lack() -> None:
-    lines = replace(FRESH_DRIVER, "components_elsewhere=", "components_elsewhere=")
-    content = driver(lines, driver_inputs())["nonfree_content"]
+    # No other source enables any of the three.
+    nothing = replace(FRESH_DRIVER, "components_elsewhere=", "components_elsewhere=")
+    assert "components_elsewhere=" in nothing
+    content = driver(nothing, driver_inputs())["nonfree_content"]
     assert content.endswith("Components: contrib non-free non-free-firmware\n")
 
     plan = driver(
