@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -506,9 +507,7 @@ def down(settings: Settings) -> list[str]:
     if removed:
         podman("rm", "--force", "--time", "5", *removed)
     _stop_repo_server(settings)
-    facts = settings.root / ".lab" / "facts"
-    for name in removed:
-        (facts / name).unlink(missing_ok=True)
+    forget_facts(settings.root / ".lab" / "facts", removed)
     settings.hosts_file.unlink(missing_ok=True)
     if settings.state_dir.exists():
         shutil.rmtree(settings.state_dir)
@@ -516,6 +515,21 @@ def down(settings: Settings) -> list[str]:
     if not podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").strip():
         stop_proxy(settings.proxy_port)
     return removed
+
+
+def forget_facts(cache: Path, names: list[str]) -> list[Path]:
+    """Remove the cached facts of these hosts, so a new host by the same name gathers its own.
+
+    ansible-core's jsonfile cache names a host's file after the host, behind a schema prefix
+    (``s1_<host>`` in 2.19); a cache written by an older release has no prefix.
+    """
+    if not names or not cache.is_dir():
+        return []
+    wanted = re.compile(rf"(s\d+_)?({'|'.join(map(re.escape, names))})")
+    forgotten = [f for f in cache.iterdir() if wanted.fullmatch(f.name)]
+    for path in forgotten:
+        path.unlink(missing_ok=True)
+    return forgotten
 
 
 def restart_host(settings: Settings, host: Host) -> None:
