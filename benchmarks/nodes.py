@@ -19,6 +19,14 @@ floor): N hosts installing on the same CPUs is what the first converge does, and
 it tells framework overhead from CPU contention. Both ratios are written; the target is judged on
 the one-host floor.
 
+CPU time is recorded beside the wall times. The one-host floor's transaction (the shell's ``times``
+after ``apt-get``: every process apt-get waited for, dpkg and the maintainer scripts included) used
+``package_floor_cpu_s``; N hosts need N times that, which this machine's CPUs cannot give in less
+than ``apt_cpu_bound_s`` = N x that / CPUs of wall time. The first converge's own CPU time, the
+controller's (ansible-playbook and its workers) and the hosts' (podman's count per container), is
+``first_converge_cpu_s``. Where a bound exceeds the first-converge target, no play can meet the
+target on this machine.
+
     .venv/bin/python benchmarks/nodes.py --hosts 1,2,4
 """
 
@@ -26,6 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,6 +63,32 @@ def ssh(settings: lab.Settings, port: int, script: str) -> str:
     return proc.stdout
 
 
+def controller_cpu_s() -> float:
+    """CPU seconds of this process and of every child it waited for (ansible-playbook and its forks)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def hosts_cpu_s(hosts: list[lab.Host]) -> float:
+    """CPU seconds the hosts' containers have used since they started, as podman counts them."""
+    stats = json.loads(
+        lab.podman("stats", "--no-stream", "--format", "json", *(h.name for h in hosts))
+    )
+    return sum(go_duration_s(row["cpu_time"]) for row in stats)
+
+
+def go_duration_s(text: str) -> float:
+    """Seconds in a Go duration as podman prints it: "43.386454636s", "1m2.5s", "512ms"."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([\d.]+)(h|ms|m|s|us|µs|ns)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise SystemExit(f"unexpected CPU time from podman stats: {text!r}")
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
 def package_set() -> list[str]:
     pins = versions.pinned()
     driver = pins.driver("distro").source
@@ -64,11 +101,14 @@ def package_set() -> list[str]:
     )
 
 
-def package_floor(settings: lab.Settings, floors: list[lab.Host], donor: lab.Host) -> float:
+def package_floor(
+    settings: lab.Settings, floors: list[lab.Host], donor: lab.Host
+) -> tuple[float, list[float]]:
     """apt-get update + install of the converge's package set on fresh hosts, all at once.
 
     Each fresh host gets the converged host's apt sources, keys and pins first, so apt solves
-    the same transaction the roles ask for.
+    the same transaction the roles ask for. Returns the wall time and, per host, the CPU time
+    (user + system) of everything the transaction ran.
     """
     apt_state = subprocess.run(
         lab.ssh_command(
@@ -84,22 +124,37 @@ def package_floor(settings: lab.Settings, floors: list[lab.Host], donor: lab.Hos
         subprocess.run(
             lab.ssh_command(settings, floor.port, "tar -C / -xf -"), input=apt_state, check=True
         )
+    # `times` prints the shell's own CPU time, then that of the processes it waited for.
     install = (
-        "apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -y -qq "
-        "--no-install-recommends --allow-downgrades install " + " ".join(package_set())
+        "apt-get -qq update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -y -qq "
+        "--no-install-recommends --allow-downgrades install "
+        + " ".join(package_set())
+        + " >/dev/null && times"
     )
 
-    def install_everywhere() -> None:
+    def install_everywhere() -> list[str]:
         procs = [
-            subprocess.Popen(lab.ssh_command(settings, f.port, install), stdout=subprocess.DEVNULL)
+            subprocess.Popen(
+                lab.ssh_command(settings, f.port, install), stdout=subprocess.PIPE, text=True
+            )
             for f in floors
         ]
-        failed = [f.name for f, proc in zip(floors, procs, strict=True) if proc.wait() != 0]
+        outputs = [proc.communicate()[0] for proc in procs]
+        failed = [f.name for f, proc in zip(floors, procs, strict=True) if proc.returncode != 0]
         if failed:
             raise SystemExit(f"apt-get install failed on {', '.join(failed)}")
+        return outputs
 
-    seconds, _ = timed(install_everywhere)
-    return seconds
+    seconds, outputs = timed(install_everywhere)
+    return seconds, [children_cpu_s(out) for out in outputs]
+
+
+def children_cpu_s(times_output: str) -> float:
+    """User + system seconds on the last line of `times` ("0m21.503s 0m6.118s")."""
+    spent = re.findall(r"(\d+)m([\d.]+)s", times_output.strip().splitlines()[-1])
+    if len(spent) != 2:
+        raise SystemExit(f"unexpected output of `times`: {times_output!r}")
+    return round(sum(int(m) * 60 + float(s) for m, s in spent), 1)
 
 
 def fact_floor(inventory: Path, limit: str) -> float:
@@ -143,9 +198,14 @@ def measure(settings: lab.Settings, count: int, url: str, repeat: int) -> dict[s
     warm = runner.converge(playbook, settings.hosts_file, limit=donor.name)
     if not warm.ok:
         raise SystemExit(f"warm-up converge failed: {[str(f) for f in warm.failures]}")
+    cpu_before = controller_cpu_s(), hosts_cpu_s(nodes)
     first_s, first = timed(lambda: runner.converge(playbook, settings.hosts_file, limit=limit))
     if not first.ok:
         raise SystemExit(f"first converge failed: {[str(f) for f in first.failures]}")
+    first_cpu = {
+        "controller": round(controller_cpu_s() - cpu_before[0], 1),
+        "hosts": round(hosts_cpu_s(nodes) - cpu_before[1], 1),
+    }
     # A second or two on a shared machine moves by a tenth either way: each of these is the median
     # of `repeat` runs, taken in turns so that a slow spell hits both.
     facts, agains = [], []
@@ -156,8 +216,10 @@ def measure(settings: lab.Settings, count: int, url: str, repeat: int) -> dict[s
             raise SystemExit(f"re-converge changed {again.changed()} or failed: {again.failures}")
         agains.append(seconds)
     facts_s, again_s = median_of(facts), median_of(agains)
-    packages_s = package_floor(settings, [floor], donor)
-    parallel_s = package_floor(settings, floors, donor) if floors else packages_s
+    packages_s, (packages_cpu_s,) = package_floor(settings, [floor], donor)
+    parallel_s = package_floor(settings, floors, donor)[0] if floors else packages_s
+    cpus = len(os.sched_getaffinity(0))
+    first_target_s = 1.5 * (packages_s + facts_s)
     return {
         "hosts": count,
         "first_converge_s": round(first_s, 1),
@@ -170,6 +232,13 @@ def measure(settings: lab.Settings, count: int, url: str, repeat: int) -> dict[s
         "fact_floor_samples_s": [round(x, 2) for x in facts],
         "package_floor_s": round(packages_s, 1),
         "package_floor_parallel_s": round(parallel_s, 1),
+        "package_floor_cpu_s": packages_cpu_s,
+        "cpus": cpus,
+        # The least wall time N such transactions take on this machine's CPUs.
+        "apt_cpu_bound_s": round(count * packages_cpu_s / cpus, 1),
+        "first_converge_cpu_s": first_cpu,
+        "first_converge_cpu_bound_s": round(sum(first_cpu.values()) / cpus, 1),
+        "first_converge_target_s": round(first_target_s, 1),
         "reconverge_over_fact_floor": round(again_s / facts_s, 2),
         "first_over_package_plus_fact_floor": round(first_s / (packages_s + facts_s), 2),
         "first_over_parallel_package_plus_fact_floor": round(first_s / (parallel_s + facts_s), 2),
@@ -213,7 +282,12 @@ def run_all(
                     f"re/fact {row['reconverge_over_fact_floor']}x (target <=2), "
                     f"first/(pkg+fact) {row['first_over_package_plus_fact_floor']}x "
                     f"(target <=1.5; parallel floor "
-                    f"{row['first_over_parallel_package_plus_fact_floor']}x)",
+                    f"{row['first_over_parallel_package_plus_fact_floor']}x) | apt CPU "
+                    f"{row['package_floor_cpu_s']}s per host: {count} host(s) on "
+                    f"{row['cpus']} CPUs need >= {row['apt_cpu_bound_s']}s of apt alone; "
+                    f"the first converge used {sum(row['first_converge_cpu_s'].values()):.1f} "
+                    f"CPU-s, >= {row['first_converge_cpu_bound_s']}s "
+                    f"(target {row['first_converge_target_s']}s)",
                     flush=True,
                 )
         finally:
