@@ -56,13 +56,6 @@ def timed(action: Any) -> tuple[float, Any]:
     return time.monotonic() - start, value
 
 
-def ssh(settings: lab.Settings, port: int, script: str) -> str:
-    proc = subprocess.run(lab.ssh_command(settings, port, script), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"on port {port}: {script[:60]}... failed: {proc.stderr[-400:]}")
-    return proc.stdout
-
-
 def controller_cpu_s() -> float:
     """CPU seconds of this process and of every child it waited for (ansible-playbook and its forks)."""
     own, children = (
