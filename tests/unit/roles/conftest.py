@@ -1,15 +1,19 @@
-"""The node check's parsing library, loaded from the role, and the real H200 outputs."""
+"""The node check's parsing library, loaded from the role, the real H200 outputs, and
+ansible-playbook run against this machine."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROLES = Path(__file__).resolve().parents[3] / "roles"
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
 MODULE_UTILS = ROLES / "gpu_node_check" / "module_utils" / "nvidia_node_check.py"
 
 
@@ -30,3 +34,33 @@ def h200(shared: Path) -> Path:
     if not folder.is_dir():
         pytest.fail(f"the real H200 outputs are required at {folder}")
     return folder
+
+
+def run_playbook_here(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook from this environment, run from the repository against this machine.
+
+    Facts stay in memory and temporary files under tmp_path, so nothing is left in .lab/; the host
+    is reached with this interpreter.
+    """
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "ANSIBLE_FACT_CACHING": "memory",
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
+            "ANSIBLE_NOCOLOR": "1",
+            **(env or {}),
+        },
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )

@@ -7,13 +7,11 @@ only read variables.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
+from .conftest import ROOT, run_playbook_here
 
 
 def run_role(tmp_path: Path, requests: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
@@ -22,32 +20,17 @@ def run_role(tmp_path: Path, requests: list[dict[str, Any]]) -> subprocess.Compl
         "- hosts: localhost\n  connection: local\n  gather_facts: true\n"
         "  gather_subset: [min]\n  roles: [node_packages]\n"
     )
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-        "ANSIBLE_FACT_CACHING": "memory",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    extra = json.dumps({"node_packages_requests": requests})
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            extra,
-            str(playbook),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        check=False,
+    return run_playbook_here(
+        tmp_path,
+        "-i",
+        "localhost,",
+        "-e",
+        json.dumps({"node_packages_requests": requests}),
+        str(playbook),
+        env={
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        },
     )
 
 

@@ -8,40 +8,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from .conftest import run_playbook_here
 
 
 def preflight(
     tmp_path: Path, *extra_vars: str, playbook: str = "playbooks/nodes.yml"
 ) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "gpu_nodes:\n  hosts:\n    localhost:\n"
-        f"      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n"
-    )
-    env = {
-        **os.environ,
-        "ANSIBLE_FACT_CACHING": "memory",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory)]
+    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    args = ["-i", str(inventory)]
     for value in extra_vars:
         args += ["-e", value]
-    return subprocess.run(
-        [*args, "--tags", "preflight", playbook],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    return run_playbook_here(tmp_path, *args, "--tags", "preflight", playbook)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
