@@ -71,7 +71,7 @@ def test_lab_up_refuses_a_host_count_out_of_range(cli) -> None:  # type: ignore[
     assert result.stderr.strip() == "error: --hosts 0: allowed 1-32"
 
 
-def test_lab_down_forgets_the_cached_facts_of_its_hosts_only(tmp_path: Path) -> None:
+def test_forget_facts_removes_the_named_hosts_cached_facts_only(tmp_path: Path) -> None:
     # A new lab reuses host names: facts cached for the old hosts would stand in for the new ones
     # for an hour (fact_caching_timeout), and gathering = smart would not read them again.
     cache = tmp_path / "facts"
