@@ -23,7 +23,7 @@ from typing import Any
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
 from gpuinfra.errors import ConfigError, ToolError, UsageError
-from gpuinfra.paths import repo_root, shared_dir
+from gpuinfra.paths import repo_root
 from gpuinfra.suggest import did_you_mean
 
 MISSING = "<absent>"
@@ -427,7 +427,6 @@ def plan_in(root: Path, target: Target) -> PlanResult:
     env = dict(os.environ)
     env.update(
         GPUINFRA_ROOT=str(root),
-        GPUINFRA_SHARED=str(shared_dir()),
         PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
     proc = subprocess.run(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.errors import ConfigError, Problem, UsageError
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -26,7 +26,11 @@ M = TypeVar("M", bound=BaseModel)
 def display_path(path: Path) -> str:
     """A path as the user reads it: relative to the repository (or the working directory)."""
     resolved = path.resolve()
-    for base in (repo_root(), Path.cwd().resolve()):
+    try:
+        bases = [repo_root(), Path.cwd().resolve()]
+    except (UsageError, OSError):
+        bases = []
+    for base in bases:
         try:
             return str(resolved.relative_to(base))
         except ValueError:

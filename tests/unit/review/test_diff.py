@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -190,3 +192,27 @@ def test_base_from_before_the_review_path_shows_everything_added(
     assert dev["status"] == "added"
     assert dev["sections"]["resources"]["added"], "every resource is new"
     assert dev["sections"]["resources"]["removed"] == []
+
+
+def test_diff_from_a_worktree_reports_that_worktrees_commit(
+    base_repo: Path, tmp_path: Path
+) -> None:
+    """The installed command works on the repository the user stands in, not on its own."""
+    worktree = tmp_path / "worktree"
+    git(base_repo, "worktree", "add", "--quiet", "-b", "bump-driver", str(worktree))
+    try:
+        replace(worktree / "versions.yaml", '"580.159.04"', '"580.172.01"')
+        git(worktree, "commit", "--quiet", "--all", "--message", "Bump the 580 driver")
+        # The console script, as a user runs it: `python -m` would import the worktree's own code.
+        command = Path(sys.executable).parent / "gpuinfra"
+        args = ["diff", "--base", "HEAD~1", "--stack", "prod", "--format", "json"]
+        env = {k: v for k, v in os.environ.items() if k != "GPUINFRA_ROOT"}
+        proc = subprocess.run(
+            [str(command), *args], cwd=worktree, env=env, capture_output=True, text=True
+        )
+        report = report_of(Result(proc.returncode, proc.stdout, proc.stderr))
+        bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
+        assert bumped["nvidia_driver.cuda_repo"] == ("580.159.04", "580.172.01")
+    finally:
+        git(base_repo, "worktree", "remove", "--force", str(worktree))
+        git(base_repo, "branch", "--quiet", "-D", "bump-driver")
