@@ -7,6 +7,7 @@ misspelled keys and choices.
 
 from __future__ import annotations
 
+import contextlib
 import types
 import typing
 from enum import Enum
@@ -26,10 +27,12 @@ M = TypeVar("M", bound=BaseModel)
 def display_path(path: Path) -> str:
     """A path as the user reads it: relative to the repository (or the working directory)."""
     resolved = path.resolve()
-    try:
-        bases = [repo_root(), Path.cwd().resolve()]
-    except (UsageError, OSError):
-        bases = []
+    bases: list[Path] = []
+    # Outside a repository (or in a deleted directory) the path shows as it was given.
+    with contextlib.suppress(UsageError):
+        bases.append(repo_root())
+    with contextlib.suppress(OSError):
+        bases.append(Path.cwd().resolve())
     for base in bases:
         try:
             return str(resolved.relative_to(base))
