@@ -7,10 +7,11 @@ label the node pools set per GPU type.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from gpuinfra.versions import Component
@@ -32,11 +33,30 @@ GPU_TOLERATION: dict[str, str] = {
 GPU_TYPE_LABEL = "gpuinfra.dev/gpu-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-# A DNS-1123 label: namespaces, queue and flavor names.
-Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
+def _dns_label(value: str) -> str:
+    if not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes name (allowed: at most 63 lowercase letters, digits "
+            "and '-', starting and ending with a letter or digit)"
+        )
+    return value
+
+
+def _quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (allowed: e.g. 8, 500m, 64Gi)")
+    return value
+
+
+# A DNS-1123 label: namespaces, queue and flavor names.
+Name = Annotated[str, AfterValidator(_dns_label)]
+Quantity = Annotated[str, AfterValidator(_quantity)]
 
 MANAGED_BY: dict[str, str] = {"app.kubernetes.io/managed-by": "gpuinfra"}
 

@@ -20,6 +20,7 @@ from gpuinfra.addons.base import (
     AddonRender,
     AddonSettings,
     Chart,
+    Name,
 )
 from gpuinfra.versions import Versions
 
@@ -46,7 +47,7 @@ _MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 
 class GpuOperatorSettings(AddonSettings):
     enabled: bool = True
-    namespace: str = "gpu-operator"
+    namespace: Name = "gpu-operator"
     # host: the node image or the nvidia_driver role provides driver and toolkit;
     # operator: the operator runs them as containers.
     driver_mode: Literal["host", "operator"] = "host"

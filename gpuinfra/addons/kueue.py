@@ -55,7 +55,7 @@ def _default_priorities() -> list[PriorityClass]:
 
 class KueueSettings(AddonSettings):
     enabled: bool = True
-    namespace: str = "kueue-system"
+    namespace: Name = "kueue-system"
     cluster_queue: Name = "gpu"
     # ClusterQueues in one cohort lend each other unused quota.
     cohort: Name = "gpuinfra"

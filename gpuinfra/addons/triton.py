@@ -112,7 +112,7 @@ class ModelRepository(Settings):
 class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
     enabled: bool = False
-    namespace: str = "triton"
+    namespace: Name = "triton"
     model_repository: ModelRepository | None = None
     models: list[TritonModel] = Field(default_factory=list)
     gpus_per_replica: int = Field(default=1, ge=1, le=8)

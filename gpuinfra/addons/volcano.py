@@ -47,7 +47,7 @@ class VolcanoQueue(Settings):
 
 class VolcanoSettings(AddonSettings):
     enabled: bool = False
-    namespace: str = "volcano-system"
+    namespace: Name = "volcano-system"
     # "reclaim" is what lets a queue take back its share from reclaimable queues.
     actions: list[Action] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
     # Pack GPU pods onto as few nodes as possible, leaving whole nodes free for large jobs.

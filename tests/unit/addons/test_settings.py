@@ -245,3 +245,16 @@ def test_site_settings_that_differ_between_hosts_are_refused() -> None:
     (problem,) = caught.value.problems
     assert (problem.file, problem.path) == ("host_vars/gpu2.yml", "gpu_operator_mig_strategy")
     assert problem.message.startswith("differs from group_vars/all.yml (host gpu2)")
+
+
+@pytest.mark.parametrize("addon", ADDONS)
+def test_every_addon_refuses_a_namespace_kubernetes_would_refuse(addon: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_role_vars(
+            addon, {f"{addon}_namespace": "Bad_NS!!"}, file="inventory/site/group_vars/all.yml"
+        )
+    assert caught.value.lines() == [
+        f"inventory/site/group_vars/all.yml: {addon}_namespace: 'Bad_NS!!' is not a Kubernetes "
+        "name (allowed: at most 63 lowercase letters, digits and '-', starting and ending with a "
+        "letter or digit)"
+    ]
