@@ -80,9 +80,11 @@ def versions_show(
 
 @versions_app.command("check")
 def versions_check() -> None:
-    """Check pins and compatibility rules; exit 1 with one line per problem."""
+    """Check pins, compatibility rules and schemas per chart; exit 1 with one line per problem."""
+    from gpuinfra import chartdata
+
     v = versions_mod.load()
-    problems = versions_mod.check(v)
+    problems = [*versions_mod.check(v), *chartdata.missing(v)]
     if problems:
         raise CheckFailed(f"versions.yaml: {p}" for p in problems)
     count = sum(1 for _ in v.entries())
@@ -110,9 +112,9 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.commands import addons, lab, review
+    from gpuinfra.commands import addons, lab, review, schemas
 
-    for module in (lab, addons, review):
+    for module in (lab, addons, review, schemas):
         module.register(app)
 
 

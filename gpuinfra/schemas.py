@@ -1,30 +1,33 @@
-"""Check rendered add-ons against the real upstream schemas.
+"""Check rendered add-ons against the pinned upstream schemas.
 
-- Helm values: every key path a spec sets must exist in the pinned chart's ``values.yaml``
+- Helm values: every key path a spec sets must exist in the pinned chart's values tree
   (Helm ignores a misspelled key silently). Map-typed values that take free keys (labels,
   selectors, ConfigMap data) are listed per chart in ``FREE_MAPS``; nothing else is exempt.
 - Custom resources: validated against their CRD's OpenAPI schema, with unknown fields rejected
   wherever the CRD does not preserve them (the API server prunes them silently otherwise).
 - Core objects: ``kubernetes-validate`` in strict mode at the pinned Kubernetes version.
 
-Each function returns one line per problem; an empty list means valid.
+The values trees and CRD schemas are the repository's own copies, derived from each pinned chart
+(``gpuinfra.chartdata``, ``gpuinfra schemas build``). Each check returns one line per problem;
+an empty list means valid.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import yaml
 
+from gpuinfra import chartdata
 from gpuinfra.suggest import did_you_mean
+from gpuinfra.versions import Versions, pinned
 
 # Chart name -> value paths whose contents are free-form maps (or documented structures the
 # chart's values.yaml leaves empty). Anything under these is the consumer's schema, not Helm's.
+# The project's judgement, not the chart's: it stays here, apart from the derived data.
 FREE_MAPS: dict[str, frozenset[str]] = {
     "gpu-operator": frozenset(
         {
@@ -47,20 +50,21 @@ FREE_MAPS: dict[str, frozenset[str]] = {
 }
 
 
-class _CrdLoader(yaml.SafeLoader):
-    """YAML 1.1 reads a bare ``=`` as the obsolete "value" tag; CRD enums use it as a string."""
+def chart_values(chart: str, version: str) -> dict[str, Any]:
+    """The values tree of one chart version, as ``values_problems`` takes it."""
+    return chartdata.load_values(chart, version)
 
 
-_CrdLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+def pinned_chart_values(v: Versions | None = None) -> dict[str, dict[str, Any]]:
+    """Chart name -> values tree, for every chart versions.yaml pins."""
+    v = v or pinned()
+    return {chart: chart_values(chart, ver) for _, chart, ver, _ in chartdata.pinned_charts(v)}
 
 
 def values_problems(
     values: Mapping[str, Any], chart_values: Mapping[str, Any], free: Iterable[str] = ()
 ) -> list[str]:
-    """Key paths in ``values`` that the chart's ``values.yaml`` does not have."""
+    """Key paths in ``values`` that the chart's values tree (its values.yaml) does not have."""
     free_paths = frozenset(free)
     problems: list[str] = []
 
@@ -74,15 +78,16 @@ def values_problems(
             upstream = theirs[key]
             if here in free_paths:
                 if upstream is not None and not isinstance(upstream, dict):
-                    problems.append(f"{here}: declared free-form but the chart has a scalar")
+                    problems.append(
+                        f"{here}: declared free-form but the chart has {_kind(upstream)}"
+                    )
                 continue
             if isinstance(value, Mapping):
                 if isinstance(upstream, Mapping) and upstream:
                     walk(value, upstream, here)
                 else:
-                    kind = "an empty map" if isinstance(upstream, Mapping) else "a scalar"
                     problems.append(
-                        f"{here}: the chart has {kind} here; its keys cannot be checked "
+                        f"{here}: the chart has {_kind(upstream)} here; its keys cannot be checked "
                         "(list it in FREE_MAPS if it takes free keys)"
                     )
             elif isinstance(upstream, Mapping) and upstream:
@@ -92,27 +97,31 @@ def values_problems(
     return problems
 
 
+def _kind(upstream: Any) -> str:
+    if isinstance(upstream, Mapping):
+        return "a map" if upstream else "an empty map"
+    return "a list" if isinstance(upstream, list) else "a scalar"
+
+
 class CrdSchemas:
     """The OpenAPI schemas of a set of CRDs, by apiVersion and kind, closed to unknown fields."""
 
-    def __init__(self, crd_files: Iterable[Path]) -> None:
+    def __init__(self, *crd_maps: chartdata.CrdMap) -> None:
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
-        for path in crd_files:
-            for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_CrdLoader):
-                if (
-                    isinstance(document, dict)
-                    and document.get("kind") == "CustomResourceDefinition"
-                ):
-                    self._add(document)
+        for crds in crd_maps:
+            for api_version, kinds in crds.items():
+                for kind, schema in kinds.items():
+                    self._schemas[(api_version, kind)] = closed(copy.deepcopy(schema))
 
-    def _add(self, crd: dict[str, Any]) -> None:
-        spec = crd["spec"]
-        for version in spec.get("versions", []):
-            schema = (version.get("schema") or {}).get("openAPIV3Schema")
-            if schema is None or not version.get("served", False):
-                continue
-            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
-            self._schemas[key] = closed(copy.deepcopy(schema))
+    @classmethod
+    def of_chart(cls, chart: str, version: str) -> CrdSchemas:
+        return cls(chartdata.load_crds(chart, version))
+
+    @classmethod
+    def pinned(cls, v: Versions | None = None) -> CrdSchemas:
+        """Every CRD that a chart versions.yaml pins ships."""
+        v = v or pinned()
+        return cls(*(chartdata.load_crds(c, ver) for _, c, ver, _ in chartdata.pinned_charts(v)))
 
     def kinds(self) -> list[tuple[str, str]]:
         return sorted(self._schemas)
@@ -155,11 +164,6 @@ def _schema_nodes(schema: Any) -> Iterator[dict[str, Any]]:
         for key in ("allOf", "anyOf", "oneOf"):
             for child in schema.get(key) or []:
                 yield from _schema_nodes(child)
-
-
-def crd_files(upstream: Path) -> list[Path]:
-    """Every CRD file under ``upstream/*/crds/``."""
-    return sorted(upstream.glob("*/crds/*.yaml"))
 
 
 def core_problems(obj: Mapping[str, Any], kubernetes_version: str) -> list[str]:

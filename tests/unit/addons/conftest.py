@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuinfra import addons, schemas
 from gpuinfra.addons import AddonRender, AddonsSettings
@@ -96,18 +94,10 @@ def scenario_renders(name: str) -> list[AddonRender]:
 
 
 @pytest.fixture(scope="session")
-def upstream(shared: Path) -> Path:
-    return shared / "upstream"
+def crds() -> schemas.CrdSchemas:
+    return schemas.CrdSchemas.pinned()
 
 
 @pytest.fixture(scope="session")
-def crds(upstream: Path) -> schemas.CrdSchemas:
-    return schemas.CrdSchemas(schemas.crd_files(upstream))
-
-
-@pytest.fixture(scope="session")
-def chart_values(upstream: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for chart in schemas.FREE_MAPS:
-        out[chart] = yaml.safe_load((upstream / chart / "values.yaml").read_text("utf-8"))
-    return out
+def chart_values() -> dict[str, dict[str, Any]]:
+    return schemas.pinned_chart_values()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuinfra import chartdata
 from gpuinfra.addons import AddonRender, gpu_operator, prometheus_stack
 from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
 from gpuinfra.versions import pinned
@@ -73,18 +72,14 @@ def test_selectors_do_not_fall_back_to_the_chart_default(
         assert spec.get(f"{key}NamespaceSelector", chart[f"{key}NamespaceSelector"]) == {}
 
 
-def _exported_metrics(upstream: Path) -> set[str]:
-    names = set()
-    for name in ("default-counters.csv", "dcp-metrics-included.csv"):
-        with (upstream / "dcgm-exporter" / name).open(encoding="utf-8") as handle:
-            for row in csv.reader(handle):
-                if row and not row[0].lstrip().startswith("#") and row[0].strip():
-                    names.add(row[0].strip())
-    return names
+def _exported_metrics() -> set[str]:
+    """The metrics the pinned DCGM exporter's counter lists export."""
+    lists = chartdata.load_counters(pinned().dcgm_exporter.version)
+    return {name for metrics in lists.values() for name in metrics}
 
 
-def test_alerts_read_metrics_the_exporters_expose(upstream: Path) -> None:
-    dcgm = _exported_metrics(upstream)
+def test_alerts_read_metrics_the_exporters_expose() -> None:
+    dcgm = _exported_metrics()
     # Triton's metric families (server docs, "Metrics"), and Prometheus' own target health.
     other = {"nv_inference_request_summary_us", "up"}
     used: set[str] = set()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gpuinfra import addons
+from gpuinfra import addons, schemas
 from gpuinfra.site import check_vars, role_specs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -137,10 +137,11 @@ def _effective(values: dict[str, Any], chart_defaults: dict[str, Any], path: str
     raise KeyError(path)
 
 
-def test_gpu_operator_upgrades_its_crds_with_the_chart(shared: Path) -> None:
+def test_gpu_operator_upgrades_its_crds_with_the_chart() -> None:
     """Helm never upgrades crds/; the GPU Operator's pre-upgrade hook must stay on."""
     render = addons.render("gpu_operator")
-    chart_defaults = _yaml(shared / "upstream" / "gpu-operator" / "values.yaml")
+    assert render.chart is not None
+    chart_defaults = schemas.chart_values(render.chart.name, render.chart.version)
     assert _effective(render.values, chart_defaults, "operator.upgradeCRD") is True
 
 

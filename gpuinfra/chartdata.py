@@ -1,0 +1,431 @@
+"""The validation data the project carries, derived from upstream artefacts.
+
+Per pinned Helm chart version, under ``data/charts/<chart>/<version>/``:
+
+- ``values.json``: the chart's ``values.yaml`` as data. Keys, nesting and default values are kept
+  (an empty map, a list and a scalar stay what they are); the YAML comments are not.
+- ``crds.json``: the OpenAPI v3 schema of every CRD version the chart serves, by apiVersion and
+  kind, with every ``description`` removed; types, enums, patterns, required fields, defaults
+  and ``x-kubernetes-*`` markers are kept.
+
+Per pinned DCGM exporter version, ``data/dcgm-exporter/<version>/counters.json``: each counter
+list's metric names and Prometheus types, without the help column.
+
+``read_chart`` reads a chart directory or a ``helm pull`` archive; ``chart_files`` turns it into
+the files above, so regenerating after a chart bump is one command (``gpuinfra schemas build``).
+``missing`` names the pins that have no data. Nothing here needs a network, a Helm binary or a
+checkout of upstream.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import tarfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from gpuinfra.errors import UsageError
+from gpuinfra.versions import RuleProblem, Versions, pin_problem
+
+DATA = Path(__file__).resolve().parent / "data"
+VALUES_FILE = "values.json"
+CRDS_FILE = "crds.json"
+COUNTERS_FILE = "counters.json"
+
+# The DCGM exporter's counter lists that the GPU Operator's exporter reads (etc/ upstream).
+COUNTER_LISTS = ("default-counters.csv", "dcp-metrics-included.csv")
+
+# apiVersion -> kind -> OpenAPI v3 schema.
+CrdMap = dict[str, dict[str, dict[str, Any]]]
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_VERSION = re.compile(r"^v?[0-9][0-9A-Za-z.+_-]*$")
+# Files a chart holds that are never CRDs; skipping them spares parsing the largest ones.
+_NOT_CRDS = re.compile(r"^(Chart\.yaml|values[^/]*\.ya?ml)$")
+
+
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.1 reads a bare ``=`` as the obsolete "value" tag; CRD enums use it as a string."""
+
+
+_CrdLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+# --- where the data lives --------------------------------------------------------------------
+
+
+def _version_dir(version: str) -> str:
+    # Charts write their version with or without a "v" (gpu-operator v26.7.0, kueue 0.19.2) and
+    # versions.yaml may differ from Chart.yaml in that; one directory name serves both.
+    return version.removeprefix("v")
+
+
+def chart_dir(chart: str, version: str, data: Path = DATA) -> Path:
+    return data / "charts" / chart / _version_dir(version)
+
+
+def counters_dir(version: str, data: Path = DATA) -> Path:
+    return data / "dcgm-exporter" / _version_dir(version)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(DATA.parent.parent))
+    except ValueError:
+        return str(path)
+
+
+def build_hint(chart: str, version: str, repository: str | None = None) -> str:
+    """The command that writes a chart's data."""
+    archive = f"{chart}-{version}.tgz"
+    if repository is None:
+        return f"gpuinfra schemas build <chart dir or {archive} from helm pull>"
+    if repository.startswith("oci://"):
+        pull = f"helm pull {repository.rstrip('/')}/{chart} --version {version}"
+    else:
+        pull = f"helm pull {chart} --repo {repository} --version {version}"
+    return f"{pull} && gpuinfra schemas build {archive}"
+
+
+def counters_hint(version: str) -> str:
+    return (
+        f"gpuinfra schemas counters {version} {' '.join(COUNTER_LISTS)} "
+        f"(etc/ of NVIDIA/dcgm-exporter at tag {version})"
+    )
+
+
+def _read_json(path: Path, what: str, hint: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"no {what} in {_shown(path.parent)}; run: {hint}") from None
+    return json.loads(text)
+
+
+def load_values(chart: str, version: str, data: Path = DATA) -> dict[str, Any]:
+    """The pinned chart's values tree, as ``values_problems`` walks it."""
+    path = chart_dir(chart, version, data) / VALUES_FILE
+    values: dict[str, Any] = _read_json(
+        path, f"values tree for chart {chart} {version}", build_hint(chart, version)
+    )
+    return values
+
+
+def load_crds(chart: str, version: str, data: Path = DATA) -> CrdMap:
+    """The CRD schemas the pinned chart ships, by apiVersion and kind."""
+    path = chart_dir(chart, version, data) / CRDS_FILE
+    crds: CrdMap = _read_json(
+        path, f"CRD schemas for chart {chart} {version}", build_hint(chart, version)
+    )
+    return crds
+
+
+def load_counters(version: str, data: Path = DATA) -> dict[str, dict[str, str]]:
+    """Counter list name -> metric name -> Prometheus type, for a DCGM exporter version."""
+    path = counters_dir(version, data) / COUNTERS_FILE
+    counters: dict[str, dict[str, str]] = _read_json(
+        path, f"DCGM exporter {version} counter lists", counters_hint(version)
+    )
+    return counters
+
+
+def pinned_charts(v: Versions) -> list[tuple[str, str, str, str]]:
+    """(component, chart, version, repository) of every Helm chart versions.yaml pins."""
+    return [
+        (name, comp.source.chart, comp.version, comp.source.repository)
+        for name, comp in v.entries()
+        if comp.source.type == "helm" and comp.source.chart and comp.source.repository
+    ]
+
+
+def missing(v: Versions, data: Path = DATA) -> list[RuleProblem]:
+    """One problem per pin whose validation data the repository does not carry."""
+    problems: list[RuleProblem] = []
+    for name, chart, version, repository in pinned_charts(v):
+        if pin_problem(version, name):
+            continue  # the pinning rules already refuse it
+        folder = chart_dir(chart, version, data)
+        if not all((folder / f).is_file() for f in (VALUES_FILE, CRDS_FILE)):
+            problems.append(
+                RuleProblem(
+                    key=f"{name}.version",
+                    message=(
+                        f"no values tree or CRD schemas for chart {chart} {version} in "
+                        f"{_shown(folder)}; run: {build_hint(chart, version, repository)}"
+                    ),
+                )
+            )
+    exporter = v.dcgm_exporter.version
+    folder = counters_dir(exporter, data)
+    if not pin_problem(exporter, "dcgm_exporter") and not (folder / COUNTERS_FILE).is_file():
+        problems.append(
+            RuleProblem(
+                key="dcgm_exporter.version",
+                message=(
+                    f"no counter lists for the DCGM exporter {exporter} in {_shown(folder)}; "
+                    f"run: {counters_hint(exporter)}"
+                ),
+            )
+        )
+    return problems
+
+
+# --- reading a chart -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    """What the data is derived from: a chart's name, version, values and CRD documents."""
+
+    name: str
+    version: str
+    values: dict[str, Any]
+    # (where it was found, the CustomResourceDefinition document)
+    crds: tuple[tuple[str, dict[str, Any]], ...]
+
+
+def read_chart(path: Path, version: str | None = None) -> ChartSource:
+    """A chart directory or archive (``.tgz``, as ``helm pull`` writes it).
+
+    CRDs are taken from every plain-YAML file of the chart and of its subcharts, unpacked
+    (``charts/<name>/``) or archived (``charts/*.tgz``): ``crds/`` directories and templates
+    that hold no template directives. ``version`` overrides Chart.yaml's, for a source tree
+    whose Chart.yaml carries a development placeholder (gpu-operator's says v1.0.0-devel).
+    """
+    if path.is_dir():
+        files = dict(_directory_files(path))
+    elif path.is_file():
+        files = _archive_files(path)
+    else:
+        raise UsageError(f"{path}: no such chart directory or archive")
+    if "Chart.yaml" not in files:
+        raise UsageError(f"{path}: not a Helm chart (no Chart.yaml at its top)")
+    meta = _yaml_mapping(files["Chart.yaml"], f"{path}: Chart.yaml")
+    name = str(meta.get("name") or "")
+    if not _NAME.match(name):
+        raise UsageError(f"{path}: Chart.yaml: name {name!r} is not a chart name")
+    chosen = version or str(meta.get("version") or "")
+    if not _VERSION.match(chosen):
+        raise UsageError(f"{path}: chart version {chosen!r} is not a version")
+    values = _yaml_mapping(files.get("values.yaml", b"{}"), f"{path}: values.yaml")
+    crds: list[tuple[str, dict[str, Any]]] = []
+    for member, content in sorted(files.items()):
+        where = PurePosixPath(member)
+        if where.suffix not in (".yaml", ".yml") or _NOT_CRDS.match(where.name):
+            continue
+        if b"{{" in content:
+            continue  # a Helm template: not plain YAML
+        try:
+            documents = list(yaml.load_all(content.decode("utf-8"), Loader=_CrdLoader))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            if "crds" in where.parts:
+                # Helm installs crds/ verbatim: a file there that does not parse is a broken chart.
+                raise UsageError(f"{path}: {member}: not valid YAML ({_first_line(exc)})") from None
+            continue
+        crds += [
+            (member, doc)
+            for doc in documents
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+        ]
+    return ChartSource(name=name, version=chosen, values=values, crds=tuple(crds))
+
+
+def _directory_files(root: Path) -> Iterator[tuple[str, bytes]]:
+    for file in sorted(root.rglob("*")):
+        if not file.is_file():
+            continue
+        relative = file.relative_to(root).as_posix()
+        if _is_subchart_archive(relative):
+            yield from _archive_files(file, prefix=f"{PurePosixPath(relative).parent}/").items()
+        else:
+            yield relative, file.read_bytes()
+
+
+def _is_subchart_archive(member: str) -> bool:
+    where = PurePosixPath(member)
+    return where.suffix == ".tgz" and where.parent.name == "charts"
+
+
+def _archive_files(
+    path: Path, prefix: str = "", nested: tuple[str, bytes] | None = None
+) -> dict[str, bytes]:
+    """Files of a chart archive, relative to the chart's top directory, subcharts unpacked.
+
+    ``nested`` is a subchart archive read from inside ``path``: its name there and its bytes.
+    """
+    files: dict[str, bytes] = {}
+    try:
+        with tarfile.open(
+            name=path if nested is None else None,
+            fileobj=None if nested is None else io.BytesIO(nested[1]),
+            mode="r:*",
+        ) as archive:
+            for member in archive.getmembers():
+                parts = PurePosixPath(member.name).parts
+                handle = archive.extractfile(member) if member.isfile() else None
+                if handle is None or len(parts) < 2 or ".." in parts:
+                    continue
+                relative = "/".join(parts[1:])  # without the chart's own top directory
+                if _is_subchart_archive(relative):
+                    folder = f"{prefix}{PurePosixPath(relative).parent}/"
+                    files.update(_archive_files(path, folder, (prefix + relative, handle.read())))
+                else:
+                    files[prefix + relative] = handle.read()
+    except (tarfile.TarError, OSError, EOFError):
+        where = str(path) if nested is None else f"{path}: {nested[0]}"
+        raise UsageError(
+            f"{where}: not a chart archive (a gzipped tar, as helm pull writes)"
+        ) from None
+    return files
+
+
+def _yaml_mapping(content: bytes, where: str) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(content.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: not valid YAML ({_first_line(exc)})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{where}: expected a mapping at the top, got {type(loaded).__name__}")
+    return loaded
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+# --- deriving the data -----------------------------------------------------------------------
+
+
+def crd_schemas(documents: tuple[tuple[str, dict[str, Any]], ...]) -> CrdMap:
+    """The served versions' schemas, descriptions removed; a conflicting duplicate is refused."""
+    out: CrdMap = {}
+    origin: dict[tuple[str, str], str] = {}
+    for where, crd in documents:
+        spec = crd.get("spec") or {}
+        for version in spec.get("versions") or []:
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema is None or not version.get("served", False):
+                continue
+            api_version = f"{spec['group']}/{version['name']}"
+            kind = str(spec["names"]["kind"])
+            stripped = without_descriptions(schema)
+            known = out.get(api_version, {}).get(kind)
+            if known is not None and known != stripped:
+                raise UsageError(
+                    f"{kind} {api_version} is defined twice with different schemas: "
+                    f"{origin[(api_version, kind)]} and {where}"
+                )
+            out.setdefault(api_version, {})[kind] = stripped
+            origin.setdefault((api_version, kind), where)
+    return out
+
+
+def without_descriptions(schema: Any) -> Any:
+    """An OpenAPI schema without its ``description`` keywords (a property named so stays)."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "description":
+            continue
+        if key in ("properties", "patternProperties", "definitions") and isinstance(value, dict):
+            out[key] = {name: without_descriptions(child) for name, child in value.items()}
+        elif key in ("items", "additionalProperties", "not", "additionalItems"):
+            out[key] = (
+                [without_descriptions(c) for c in value]
+                if isinstance(value, list)
+                else without_descriptions(value)
+            )
+        elif key in ("allOf", "anyOf", "oneOf") and isinstance(value, list):
+            out[key] = [without_descriptions(child) for child in value]
+        else:
+            out[key] = value  # enums, defaults, examples, x-kubernetes-* markers: data
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML data as JSON data: keys as strings (as Helm reads them), dates as their text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def values_text(values: Mapping[str, Any]) -> str:
+    return json.dumps(_plain(values), sort_keys=True, indent=1) + "\n"
+
+
+def crds_text(crds: CrdMap) -> str:
+    """One line per kind: compact, yet a chart bump's diff says which kinds changed."""
+    groups = []
+    for api_version in sorted(crds):
+        kinds = ",\n".join(
+            f"  {json.dumps(kind)}: "
+            f"{json.dumps(crds[api_version][kind], sort_keys=True, separators=(',', ':'))}"
+            for kind in sorted(crds[api_version])
+        )
+        groups.append(f" {json.dumps(api_version)}: {{\n{kinds}\n }}")
+    return "{\n" + ",\n".join(groups) + "\n}\n" if groups else "{}\n"
+
+
+def chart_files(source: ChartSource) -> dict[str, str]:
+    """The data files of one chart version, by path relative to the data directory."""
+    folder = f"charts/{source.name}/{_version_dir(source.version)}"
+    return {
+        f"{folder}/{VALUES_FILE}": values_text(source.values),
+        f"{folder}/{CRDS_FILE}": crds_text(crd_schemas(source.crds)),
+    }
+
+
+def counter_lists(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """List name -> DCGM field -> Prometheus type, from the exporter's CSV counter lists."""
+    out: dict[str, dict[str, str]] = {}
+    for name, text in files.items():
+        metrics: dict[str, str] = {}
+        for row in csv.reader(io.StringIO(text)):
+            if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+                continue
+            if len(row) < 2:
+                raise UsageError(f"{name}: {row[0].strip()}: no Prometheus type column")
+            metrics[row[0].strip()] = row[1].strip()
+        out[PurePosixPath(name).stem] = metrics
+    return out
+
+
+def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
+    if not _VERSION.match(version):
+        raise UsageError(f"DCGM exporter version {version!r} is not a version")
+    texts: dict[str, str] = {}
+    for path in csv_files:
+        try:
+            texts[path.name] = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = json.dumps(counter_lists(texts), sort_keys=True, indent=1) + "\n"
+    return {f"dcgm-exporter/{_version_dir(version)}/{COUNTERS_FILE}": text}
+
+
+def write(files: Mapping[str, str], data: Path = DATA) -> list[Path]:
+    """Write data files under ``data``; the paths written, in order."""
+    written = []
+    for relative, text in sorted(files.items()):
+        target = data / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(target)
+    return written

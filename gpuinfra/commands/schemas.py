@@ -1,0 +1,66 @@
+"""CLI commands: schemas (the validation data the repository carries, rebuilt from upstream)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+schemas_app = typer.Typer(
+    help="The chart values trees, CRD schemas and DCGM counter lists in gpuinfra/data.",
+    no_args_is_help=True,
+)
+
+_OUT_HELP = "Data directory to write under (default: the package's gpuinfra/data)"
+
+
+@schemas_app.command("build")
+def build(
+    path: Annotated[Path, typer.Argument(help="A chart directory or a .tgz from helm pull")],
+    version: Annotated[
+        str | None,
+        typer.Option(help="File the data under this version instead of Chart.yaml's"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+) -> None:
+    """Write a chart's values tree and CRD schemas, for its name and version."""
+    from gpuinfra import chartdata
+    from gpuinfra.loading import display_path
+
+    source = chartdata.read_chart(path, version=version)
+    files = chartdata.chart_files(source)
+    written = chartdata.write(files, out or chartdata.DATA)
+    kinds = sum(len(k) for k in chartdata.crd_schemas(source.crds).values())
+    console = Console(soft_wrap=True, highlight=False)
+    for target in written:
+        console.print(f"wrote {display_path(target)}", markup=False)
+    console.print(
+        f"{source.name} {source.version}: {len(source.values)} top-level values, "
+        f"{kinds} CRD schemas",
+        markup=False,
+    )
+
+
+@schemas_app.command("counters")
+def counters(
+    version: Annotated[str, typer.Argument(help="The DCGM exporter version, as pinned")],
+    csv_files: Annotated[
+        list[Path], typer.Argument(help="Counter lists (etc/*.csv of NVIDIA/dcgm-exporter)")
+    ],
+    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+) -> None:
+    """Write the DCGM exporter's counter lists (metric names and types) for a version."""
+    from gpuinfra import chartdata
+    from gpuinfra.loading import display_path
+
+    written = chartdata.write(chartdata.counter_files(version, csv_files), out or chartdata.DATA)
+    console = Console(soft_wrap=True, highlight=False)
+    for target in written:
+        console.print(f"wrote {display_path(target)}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `gpuinfra` app."""
+    app.add_typer(schemas_app, name="schemas")
