@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
 MODULE_UTILS = ROLES / "gpu_node_check" / "module_utils" / "nvidia_node_check.py"
+H200 = ROOT / "tests" / "fixtures" / "nvidia-h200"
 
 
 @pytest.fixture(scope="session")
@@ -29,11 +30,9 @@ def nnc() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def h200(shared: Path) -> Path:
-    folder = shared / "fixtures" / "nvidia-h200"
-    if not folder.is_dir():
-        pytest.fail(f"the real H200 outputs are required at {folder}")
-    return folder
+def h200() -> Path:
+    """Real outputs of nvidia-smi and the driver on an H200 host (tests/fixtures/nvidia-h200)."""
+    return H200
 
 
 def run_playbook_here(
