@@ -1,4 +1,4 @@
-"""Shared fixtures: the repository, ../shared, and a way to run the real CLI."""
+"""Shared fixtures: the repository and a way to run the real CLI."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GPUINFRA_SHARED", ROOT.parent / "shared")).resolve()
 
 
 @dataclass
@@ -45,10 +44,3 @@ def cli():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
-
-
-@pytest.fixture(scope="session")
-def shared() -> Path:
-    if not (SHARED / "upstream").is_dir():
-        pytest.fail(f"../shared/upstream not found at {SHARED}: the upstream data is required")
-    return SHARED
