@@ -11,15 +11,17 @@ import shutil
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuinfra import versions as versions_mod
 from gpuinfra.errors import CheckFailed, ConfigError, GpuinfraError, UsageError
+
+if TYPE_CHECKING:
+    from gpuinfra import versions as versions_mod
 
 app = typer.Typer(
     help="Infrastructure as code for GPU clusters: versions, lab, plan, diff and cost.",
@@ -61,6 +63,8 @@ def versions_show(
     fmt: Annotated[Format, typer.Option("--format", help="table or json")] = Format.table,
 ) -> None:
     """Print every pinned version and where it comes from."""
+    from gpuinfra import versions as versions_mod
+
     v = versions_mod.load()
     rows = versions_document(v)
     if fmt is Format.json:
@@ -82,6 +86,7 @@ def versions_show(
 def versions_check() -> None:
     """Check pins, compatibility rules and schemas per chart; exit 1 with one line per problem."""
     from gpuinfra import chartdata
+    from gpuinfra import versions as versions_mod
 
     v = versions_mod.load()
     problems = [*versions_mod.check(v), *chartdata.missing(v)]

@@ -7,12 +7,9 @@ format, so a field Triton does not know cannot be written.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-# protobuf ships no type stubs; text_format is only called, and its result wrapped in str().
-from google.protobuf import text_format  # type: ignore[import-untyped]
 from pydantic import Field, model_validator
-from tritonclient.grpc import model_config_pb2 as mc
 
 from gpuinfra.addons.base import (
     GPU_RESOURCE,
@@ -29,17 +26,16 @@ from gpuinfra.addons.base import (
 from gpuinfra.errors import UsageError
 from gpuinfra.versions import Versions
 
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
 NAME = "triton"
 HTTP_PORT = 8000
 GRPC_PORT = 8001
 METRICS_PORT = 8002
 MODELS_MOUNT = "/models"
 
-_KINDS = {
-    "gpu": mc.ModelInstanceGroup.KIND_GPU,
-    "cpu": mc.ModelInstanceGroup.KIND_CPU,
-    "auto": mc.ModelInstanceGroup.KIND_AUTO,
-}
+_KINDS = {"gpu": "KIND_GPU", "cpu": "KIND_CPU", "auto": "KIND_AUTO"}
 
 
 class DynamicBatching(Settings):
@@ -142,6 +138,9 @@ class TritonSettings(AddonSettings):
 
 
 def model_config(model: TritonModel) -> mc.ModelConfig:
+    # tritonclient.grpc brings the gRPC client and numpy with it: only a render of models pays.
+    from tritonclient.grpc import model_config_pb2 as mc
+
     config = mc.ModelConfig(name=model.name, backend=model.backend)
     config.max_batch_size = model.max_batch_size
     if model.dynamic_batching is not None:
@@ -152,7 +151,8 @@ def model_config(model: TritonModel) -> mc.ModelConfig:
             model.dynamic_batching.max_queue_delay_microseconds
         )
     config.instance_group.add(
-        count=model.instance_group.count, kind=_KINDS[model.instance_group.kind]
+        count=model.instance_group.count,
+        kind=mc.ModelInstanceGroup.Kind.Value(_KINDS[model.instance_group.kind]),
     )
     policy = model.version_policy
     if policy.policy == "latest":
@@ -165,6 +165,9 @@ def model_config(model: TritonModel) -> mc.ModelConfig:
 
 
 def config_pbtxt(model: TritonModel) -> str:
+    # protobuf ships no type stubs; text_format is only called, and its result wrapped in str().
+    from google.protobuf import text_format  # type: ignore[import-untyped]
+
     return str(text_format.MessageToString(model_config(model)))
 
 

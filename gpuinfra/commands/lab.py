@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -15,8 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra import lab as lab_mod
-from gpuinfra import runner
 from gpuinfra.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from gpuinfra import runner
 
 lab_app = typer.Typer(help="Local Debian 12 lab hosts (podman containers booting systemd).")
 
@@ -160,6 +162,7 @@ def converge(
     ] = None,
 ) -> None:
     """Run a playbook on a site with a live view; end with the recap and node check tables."""
+    from gpuinfra import runner
     from gpuinfra import site as site_mod
 
     out = _out()

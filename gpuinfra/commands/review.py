@@ -11,14 +11,16 @@ import io
 import shutil
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, RenderableType
 from rich.table import Table
 
-from gpuinfra import diff as diff_mod
 from gpuinfra.errors import CheckFailed, UsageError
+
+if TYPE_CHECKING:
+    from gpuinfra import diff as diff_mod
 
 # Pipes and CI logs get a wide table rather than rich's 80-column default.
 _WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
@@ -100,6 +102,7 @@ def plan_tables(doc: dict[str, Any]) -> list[RenderableType]:
 
 
 def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
+    from gpuinfra import diff as diff_mod
 
     tables: list[RenderableType] = []
     if report.versions.bumped:
@@ -213,6 +216,7 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
     ) -> None:
         """What the working tree changes against --base: resources, versions, values, alerts, cost."""
+        from gpuinfra import diff as diff_mod
         from gpuinfra import plan as plan_mod
 
         if sum((stack is not None, site is not None, all_targets)) > 1:
