@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuinfra.errors import CheckFailed, ConfigError, GpuinfraError, UsageError
+from gpuinfra.errors import EXIT_INTERNAL, CheckFailed, ConfigError, GpuinfraError, UsageError
 
 if TYPE_CHECKING:
     from gpuinfra import versions as versions_mod
@@ -138,6 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as exc:
+        # Not a user mistake and not the machine: a defect. The traceback is what a report needs.
+        err.print_exception()
+        line = f"internal error: {type(exc).__name__}: {exc}; this is a defect in gpuinfra"
+        err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+        sys.exit(EXIT_INTERNAL)
 
 
 __all__ = ["ConfigError", "app", "main"]

@@ -448,20 +448,30 @@ def plan_in(root: Path, target: Target) -> PlanResult:
     return PlanResult(document)
 
 
+class GitFailed(ToolError):
+    """git ran and refused (as opposed to git missing)."""
+
+
 def _git(root: Path, *args: str) -> str:
     try:
         proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         raise ToolError("git is not installed; gpuinfra diff needs it") from None
     if proc.returncode != 0:
-        raise ToolError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+        raise GitFailed(f"git {' '.join(args)}: {proc.stderr.strip()}")
     return proc.stdout.strip()
 
 
 def resolve(ref: str, root: Path) -> str:
     try:
+        _git(root, "rev-parse", "--git-dir")
+    except GitFailed:
+        raise UsageError(
+            f"{root}: not a git repository; gpuinfra diff compares a commit with the working tree"
+        ) from None
+    try:
         return _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except ToolError:
+    except GitFailed:
         raise UsageError(
             f"--base {ref}: not a commit in {root.name} (fetch it first, e.g. git fetch origin)"
         ) from None

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
+# Exit codes, one meaning each (the README's "Exit codes" lists them):
+EXIT_CHECK_FAILED = 1  # a check or a run found something wrong: versions rules, a failed host
+EXIT_USAGE = 2  # the user's input: a file they edit, an argument, the directory they stand in
+EXIT_ENVIRONMENT = 3  # this machine lacks what the command needs: a tool, a service, an answer
+EXIT_INTERNAL = 70  # a defect in gpuinfra itself (sysexits' EX_SOFTWARE): the traceback is shown
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,6 @@ class UsageError(GpuinfraError):
 
 
 class ToolError(GpuinfraError):
-    """An external tool the command needs failed or is missing (podman, ansible, git)."""
+    """An external tool or service the command needs failed or is missing (podman, git, a mirror)."""
 
-    exit_code = EXIT_CHECK_FAILED
+    exit_code = EXIT_ENVIRONMENT

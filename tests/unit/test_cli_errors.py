@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,4 +160,54 @@ def test_unknown_stack_suggests_a_name(tmp_path: Path) -> None:
         result,
         2,
         ["no stack 'dve' (stacks/Pulumi.dve.yaml not found); did you mean 'dev'?; stacks: dev"],
+    )
+
+
+def test_a_missing_tool_is_exit_3(tmp_path: Path) -> None:
+    """The machine, not the input: git is not on PATH for `diff`."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUINFRA_ROOT"}
+    env["PATH"] = str(tmp_path)  # nothing in it: no git
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuinfra", "diff", "--base", "HEAD"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip() == "error: git is not installed; gpuinfra diff needs it"
+
+
+def test_a_defect_is_exit_70_with_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuinfra import cli, versions
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(versions, "load", broken)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["versions", "check"])
+    assert caught.value.code == 70
+    stderr = capsys.readouterr().err
+    assert "Traceback" in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "error: internal error: RuntimeError: boom; this is a defect in gpuinfra"
+    )
+
+
+def test_diff_outside_a_git_repository_says_so(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    shutil.copy(ROOT / "versions.yaml", tmp_path / "versions.yaml")
+    result = run_cli("diff", "--base", "HEAD", root=tmp_path, cwd=tmp_path)
+    assert_clean_error(
+        result,
+        2,
+        [
+            f"{tmp_path.resolve()}: not a git repository; gpuinfra diff compares a commit with "
+            "the working tree"
+        ],
     )
