@@ -3,7 +3,8 @@
 ``converge`` runs one playbook against one inventory; each event goes to ``Progress`` (per-host
 state for a live view) and to an optional callback. The result holds the per-host recap, the
 failures with their messages, and the node check reports (``gpu_node_check`` returns a
-``report`` for each host).
+``report`` for each host). A task that retries reports each try; the package transaction's
+wait (roles/node_packages) carries apt's progress, which becomes the host's ``progress`` line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import ansible_runner
 
+from gpuinfra import aptprogress
 from gpuinfra.errors import UsageError
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import did_you_mean
@@ -38,6 +40,8 @@ class HostState:
     skipped: int = 0
     unreachable: bool = False
     last_error: str = ""
+    # What a long task is doing on this host now (apt's progress), while it retries.
+    progress: str = ""
 
     @property
     def status(self) -> str:
@@ -83,9 +87,14 @@ class Progress:
             self.task = str(data.get("task", ""))
             self.tasks_started += 1
         elif kind == "runner_on_start" and name:
-            self.host(name).task = str(data.get("task", ""))
+            state = self.host(name)
+            state.task = str(data.get("task", ""))
+            state.progress = ""
+        elif kind == "runner_retry" and name:
+            self.host(name).progress = retry_progress(data.get("res") or {})
         elif kind == "runner_on_ok" and name:
             state = self.host(name)
+            state.progress = ""
             state.ok += 1
             res = data.get("res") or {}
             if res.get("changed"):
@@ -95,6 +104,7 @@ class Progress:
                 self.reports[name] = report
         elif kind == "runner_on_skipped" and name:
             self.host(name).skipped += 1
+            self.host(name).progress = ""
         elif kind == "runner_on_failed" and name:
             res = data.get("res") or {}
             report = res.get("report")
@@ -103,6 +113,7 @@ class Progress:
             if data.get("ignore_errors"):
                 return
             state = self.host(name)
+            state.progress = ""
             state.failed += 1
             state.last_error = _message(res)
             self.failures.append(Failure(name, str(data.get("task", "")), state.last_error))
@@ -117,6 +128,15 @@ class Progress:
             self.recap = recap_from_stats(data)
 
 
+def retry_progress(res: dict[str, Any]) -> str:
+    """A retrying task's line: apt's progress when it is the package wait, else the try count."""
+    described = aptprogress.describe(str(res.get("stdout") or ""))
+    if described is not None:
+        return described
+    attempts, retries = res.get("attempts"), res.get("retries")
+    return f"try {attempts} of {retries}" if attempts and retries else "retrying"
+
+
 def _is_check(data: dict[str, Any]) -> bool:
     actions = (str(data.get("task_action", "")), str(data.get("resolved_action", "")))
     return any(a.split(".")[-1] == CHECK_MODULE for a in actions)
@@ -129,6 +149,10 @@ def _message(res: dict[str, Any]) -> str:
         lines = [line.strip() for line in str(res.get(key) or "").splitlines() if line.strip()]
         if lines and (not msg or msg == "non-zero return code"):
             return f"{msg}: {lines[0]}" if msg else lines[0]
+    # A failed fetch (get_url, uri) says why, and its result says from where.
+    url = str(res.get("url") or "")
+    if msg and url and url not in msg:
+        return f"{msg} ({url})"
     return msg or "no message"
 
 

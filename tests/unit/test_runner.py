@@ -93,3 +93,23 @@ def test_unknown_playbook_names_the_known_ones(repo_root: Path) -> None:
     with pytest.raises(UsageError, match=r"did you mean 'nodes\.yml'") as caught:
         runner.find_playbook("node.yml", root=repo_root)
     assert "site.yml" in caught.value.message
+
+
+def test_a_failed_fetch_names_its_url() -> None:
+    progress = runner.Progress()
+    res = {"msg": "Request failed: <urlopen error timed out>", "url": "http://127.0.0.1:9/gpgkey"}
+    progress.feed(
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "host": "gpu-1",
+                "task": "Repository | fetch the signing key",
+                "res": res,
+            },
+        }
+    )
+    (failure,) = progress.failures
+    assert str(failure) == (
+        "gpu-1: failed at 'Repository | fetch the signing key': "
+        "Request failed: <urlopen error timed out> (http://127.0.0.1:9/gpgkey)"
+    )
