@@ -63,8 +63,19 @@ Remap-secdeb: deb.debian.org/debian-security security.debian.org/debian-security
 PidFile: {base}/run/pid
 SocketPath: {base}/run/socket
 ExThreshold: 4
+# An upstream that stays silent is given up after 15 s and one more try, so apt gets an error
+# before its own 20 s timeout (roles/node_packages) instead of silence
+# (docs/decisions/0008-bounded-fetches.md).
+NetworkTimeout: 15
+DlMaxRetries: 1
 """
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+# debootstrap fetches with wget, whose defaults wait 900 s on a silent server and try 20 times.
+_WGETRC = "connect_timeout = 15\nread_timeout = 30\ntries = 3\nwaitretry = 5\n"
+DEBOOTSTRAP_TIMEOUT = 1200
+# How long a lab converge waits for the apt proxy and the stand-in repository to answer.
+SOURCES_TIMEOUT = 10
+_INVENTORY_HEADER = "# Written by `gpuinfra lab up`"
 
 
 @dataclass(frozen=True)
@@ -182,12 +193,16 @@ def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -
         mirror = f"http://127.0.0.1:{proxy_port}/debian"
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}"]
         cmd += [SUITE, str(rootfs), mirror]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        except FileNotFoundError:
-            raise ToolError("debootstrap is not installed; run scripts/setup.sh") from None
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+        wgetrc = Path(tmp) / "wgetrc"
+        wgetrc.write_text(_WGETRC)
+        returncode, output = _run_bounded(cmd, DEBOOTSTRAP_TIMEOUT, {"WGETRC": str(wgetrc)})
+        if returncode is None:
+            raise ToolError(
+                f"debootstrap did not finish within {DEBOOTSTRAP_TIMEOUT} s fetching from {mirror}; "
+                "check the apt proxy (`gpuinfra lab status`) and the network, then run lab up again"
+            )
+        if returncode != 0:
+            tail = output.strip().splitlines()[-1:]
             raise ToolError(f"debootstrap failed: {' '.join(tail)}")
         (rootfs / "etc/apt/sources.list").write_text(_SOURCES)
         # systemd makes a machine id from the container's on first boot.
@@ -206,6 +221,29 @@ def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -
         if imported.returncode != 0 or tar.returncode != 0:
             raise ToolError(f"podman import failed: {imported.stderr.strip()}")
     return name
+
+
+def _run_bounded(cmd: list[str], seconds: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """Run ``cmd`` in a session of its own; past ``seconds`` kill all of it (debootstrap's wget
+    and chroot dpkg too) and return None for the exit status."""
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ToolError(f"{cmd[0]} is not installed; run scripts/setup.sh") from None
+    try:
+        output, _ = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None, ""
+    return proc.returncode, output
 
 
 def _image_exists(name: str) -> bool:
@@ -463,9 +501,77 @@ def write_inventory(settings: Settings, lab_hosts: list[Host], repo_url: str) ->
             }
         }
     }
-    header = f"# Written by `gpuinfra lab up` for lab '{settings.prefix}'; regenerated each time.\n"
+    header = f"{_INVENTORY_HEADER} for lab '{settings.prefix}'; regenerated each time.\n"
     settings.hosts_file.write_text(header + yaml.safe_dump(document, sort_keys=False))
     return settings.hosts_file
+
+
+def check_lab_sources(
+    site_dir: Path, seconds: float = SOURCES_TIMEOUT, proxy_port: int | None = None
+) -> None:
+    """Before a lab converge: the apt proxy answers and forwards to Debian's archive, and the
+    stand-in toolkit repository serves its Release file, each within ``seconds``.
+
+    A ToolError says in one line which one did not and what to do. An inventory that `lab up`
+    did not write is not a lab's, and is left alone.
+    """
+    try:
+        text = (site_dir / "hosts.yml").read_text()
+    except OSError:
+        return
+    if not text.startswith(_INVENTORY_HEADER):
+        return
+    port = proxy_port or Settings.from_env().proxy_port
+    probe = f"{ARCHIVE}/dists/{SUITE}/Release.gpg"
+    problem = _fetch_problem(probe, f"http://127.0.0.1:{port}/", seconds)
+    if problem == "refused":
+        raise ToolError(
+            f"the lab's apt proxy on 127.0.0.1:{port} is not running; start it with `gpuinfra lab up`"
+        )
+    if problem:
+        raise ToolError(
+            f"the lab's apt proxy on 127.0.0.1:{port} did not serve {probe} within "
+            f"{seconds:.0f} s ({problem}); check the proxy and the network, then converge again"
+        )
+    document = yaml.safe_load(text) or {}
+    group = ((document.get("all") or {}).get("children") or {}).get("gpu_nodes") or {}
+    url = str((group.get("vars") or {}).get("nvidia_container_toolkit_repo_url") or "")
+    if not url:
+        return
+    release = url.rstrip("/") + "/Release"
+    problem = _fetch_problem(release, None, seconds)
+    if problem:
+        why = "not running" if problem == "refused" else problem
+        raise ToolError(
+            f"the lab's stand-in toolkit repository did not serve {release} within "
+            f"{seconds:.0f} s ({why}); run `gpuinfra lab up` again to serve it"
+        )
+
+
+def _fetch_problem(url: str, proxy: str | None, seconds: float) -> str:
+    """What kept ``url`` from answering (through ``proxy``) within ``seconds``, or ''."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"http": proxy} if proxy else {})
+    )
+    try:
+        with opener.open(url, timeout=seconds) as response:
+            response.read(1 << 16)
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} {exc.reason}"
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return "refused"
+        if isinstance(exc.reason, TimeoutError):
+            return "no answer"
+        return str(exc.reason)
+    except TimeoutError:
+        return "no answer"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def up(

@@ -104,7 +104,7 @@ def _live_view(progress: runner.Progress, started: float) -> Group:
             str(state.ok),
             str(state.changed),
             str(state.failed),
-            escape(state.task),
+            escape(f"{state.task}: {state.progress}" if state.progress else state.task),
         )
     return Group(head, table)
 
@@ -170,6 +170,8 @@ def converge(
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
     book = runner.find_playbook(playbook)
+    # A lab's apt proxy and stand-in repository answer before anything runs on its hosts.
+    lab_mod.check_lab_sources(site_dir)
     started = time.monotonic()
     out.print(f"converge: {book.name} on {loaded.name} ({len(loaded.hosts)} hosts)")
     if out.is_terminal:
@@ -182,11 +184,12 @@ def converge(
                 on_event=lambda _e, p: live.update(_live_view(p, started)),
             )
     else:
+        shown: dict[str, str] = {}
         result = runner.converge(
             book,
             site_dir / "hosts.yml",
             limit=limit,
-            on_event=lambda e, p: _log_line(out, e, p, started),
+            on_event=lambda e, p: _log_line(out, e, p, started, shown),
         )
     out.print(recap_table(result))
     for host, report in sorted(result.reports.items()):
@@ -208,13 +211,26 @@ def converge(
         raise CheckFailed(lines)
 
 
-def _log_line(out: Any, event: runner.Event, progress: runner.Progress, started: float) -> None:
-    """Without a terminal (CI logs, pipes) progress is one line per task and per problem."""
+def _log_line(
+    out: Any,
+    event: runner.Event,
+    progress: runner.Progress,
+    started: float,
+    shown: dict[str, str] | None = None,
+) -> None:
+    """Without a terminal (CI logs, pipes) progress is one line per task and per problem, and a
+    line when a long task's progress on a host changes (``shown``: each host's last one)."""
     kind = event.get("event")
     data = event.get("event_data") or {}
     stamp = f"{time.monotonic() - started:6.0f}s"
     if kind == "playbook_on_task_start":
         out.print(f"{stamp} {escape(progress.play)} | {escape(progress.task)}", highlight=False)
+    elif kind == "runner_retry" and shown is not None:
+        host = str(data.get("host"))
+        line = progress.host(host).progress
+        if line and shown.get(host) != line:
+            shown[host] = line
+            out.print(f"{stamp}   {escape(host)}: {escape(line)}", highlight=False, soft_wrap=True)
     elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
         out.print(f"{stamp}   changed: {escape(str(data.get('host')))}", highlight=False)
     elif (
@@ -222,7 +238,7 @@ def _log_line(out: Any, event: runner.Event, progress: runner.Progress, started:
         and progress.failures
         and not data.get("ignore_errors")
     ):
-        out.print(f"{stamp}   [bold red]{escape(str(progress.failures[-1]))}[/]")
+        out.print(f"{stamp}   [bold red]{escape(str(progress.failures[-1]))}[/]", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
