@@ -1,13 +1,18 @@
-"""What goes wrong in the field: a host lost mid-run, an install killed half-way, a bad value."""
+"""What goes wrong in the field: a host lost mid-run, an install killed half-way, a mirror that
+stops answering, a bad value."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ from .conftest import CONVERGED, FRESH, host_connection
 
 pytestmark = pytest.mark.lab
 DRIVER_PIN = versions.pinned().driver("distro").version
+TOOLKIT = versions.pinned().nvidia_container_toolkit
 
 
 def test_unreachable_host_fails_alone(
@@ -160,3 +166,79 @@ def test_role_preflight_refuses_an_unpinned_driver(
     assert failure.task.startswith("Preflight")
     assert bad in failure.message
     assert DRIVER_PIN in failure.message
+
+
+@contextmanager
+def silent_mirror() -> Iterator[str]:
+    """A mirror on loopback that accepts every connection and never answers."""
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+STALL_DEADLINE = 20
+SILENT_SOURCE = "/etc/apt/sources.list.d/zz-gpuinfra-test-silent.list"
+
+
+def test_a_silent_mirror_fails_its_host_by_the_deadline_and_the_next_converge_repairs_it(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+    tmp_path: Path,
+    cli: Any,
+) -> None:
+    assert second_converge.ok
+    victim, survivor = CONVERGED
+    hosts = {name: host_connection(lab_settings, name) for name in CONVERGED}
+    package = "nvidia-container-toolkit"
+    site = _site_with(inventory, tmp_path, {"node_packages_deadline": STALL_DEADLINE})
+    try:
+        with silent_mirror() as url:
+            # An unheld package opens the toolkit's request on both hosts, so both run apt; only
+            # the victim also reads a source that never answers.
+            for host in hosts.values():
+                host.check_output(f"apt-mark unhold {package}")
+            hosts[victim].check_output(f"echo 'deb [trusted=yes] {url} ./' > {SILENT_SOURCE}")
+            started = time.monotonic()
+            result = cli("converge", "--site", str(site), "--limit", ",".join(CONVERGED))
+            took = time.monotonic() - started
+            # The deadline killed apt and its fetch methods with it.
+            leftover = hosts[victim].run("pgrep -a -f 'apt-get|/usr/lib/apt/methods/'")
+    finally:
+        hosts[victim].run(f"rm -f {SILENT_SOURCE}")
+        repaired = runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+
+    assert result.code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {victim}: failed at 'Packages | apt finished the transaction': apt did not "
+        f"finish within {STALL_DEADLINE} s; {url} did not answer; check the mirror or proxy, "
+        "then converge again"
+    ]
+    assert took < STALL_DEADLINE + 60, took
+    assert leftover.stdout.strip() == ""
+    # The other host ran its own transaction and the whole play, node check included.
+    assert f"node check {survivor}" in result.stdout
+    assert f"node check {victim}" not in result.stdout
+
+    assert repaired.ok, repaired.failures
+    again = runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+    assert again.changed() == dict.fromkeys(CONVERGED, 0)
+    for host in hosts.values():
+        assert host.check_output("dpkg --audit") == ""
+        assert package in host.check_output("apt-mark showhold").split()
+        assert host.package(package).version == TOOLKIT.source.package_version
