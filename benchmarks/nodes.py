@@ -163,15 +163,21 @@ def fact_floor(inventory: Path, limit: str) -> float:
 
 
 def apt_seconds(run: runner.RunResult) -> dict[str, float]:
-    """Per host, how long the package run's apt-get took (its task's delta), from the run's events."""
+    """Per host, how long the package run's apt-get took (the async job's delta, which the
+    wait task's last poll carries as a ``result=`` line), from the run's events."""
     seconds = {}
     for path in (run.artifact_dir / "job_events").glob("*.json"):
         event = json.loads(path.read_text())
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_ok" and str(data.get("task", "")).startswith(
-            "Packages | read"
+            "Packages | wait for the transaction"
         ):
-            hours, minutes, rest = str(data["res"]["delta"]).split(":")
+            stdout = str((data.get("res") or {}).get("stdout", ""))
+            line = next((x for x in stdout.splitlines() if x.startswith("result=")), "result={}")
+            delta = json.loads(line[7:]).get("delta")
+            if delta is None:  # killed at its deadline: no time of its own
+                continue
+            hours, minutes, rest = str(delta).split(":")
             seconds[data["host"]] = round(int(hours) * 3600 + int(minutes) * 60 + float(rest), 1)
     return dict(sorted(seconds.items()))
 
