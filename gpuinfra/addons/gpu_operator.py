@@ -46,18 +46,42 @@ _MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 
 
 class GpuOperatorSettings(AddonSettings):
-    enabled: bool = True
-    namespace: Name = "gpu-operator"
-    # host: the node image or the nvidia_driver role provides driver and toolkit;
-    # operator: the operator runs them as containers.
-    driver_mode: Literal["host", "operator"] = "host"
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
-    # Named MIG layouts applied to every GPU of a node: name -> {profile: count}. A node picks
-    # one with the label nvidia.com/mig.config=<name>.
-    mig_profiles: dict[str, dict[str, int]] = Field(default_factory=dict)
-    mig_default_profile: str = MIG_ALL_DISABLED
-    # Pods sharing one GPU by time-slicing; 1 turns sharing off.
-    time_slicing_replicas: int = Field(default=1, ge=1, le=64)
+    enabled: bool = Field(
+        default=True,
+        description="Install the GPU Operator. When false nothing is applied (the Ansible role "
+        "leaves an installed release alone).",
+    )
+    namespace: Name = Field(
+        default="gpu-operator", description="Namespace of the GPU Operator release."
+    )
+    driver_mode: Literal["host", "operator"] = Field(
+        default="host",
+        description="host: the nodes already have the driver and container toolkit "
+        "(nvidia_driver role, GPU cloud images), the operator runs neither; operator: the "
+        "operator runs them as containers.",
+    )
+    mig_strategy: Literal["none", "single", "mixed"] = Field(
+        default="none",
+        description="How the device plugin exposes MIG devices (none, single, mixed).",
+    )
+    # Applied to every GPU of a node.
+    mig_profiles: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="Named MIG layouts, name -> {profile: count} (e.g. {inference: {1g.18gb: 7}}); "
+        "a node picks one with the label nvidia.com/mig.config=<name>. Needs mig_strategy single "
+        "or mixed.",
+    )
+    mig_default_profile: str = Field(
+        default=MIG_ALL_DISABLED,
+        description="MIG layout applied to nodes without a nvidia.com/mig.config label "
+        "(all-disabled or a name from mig_profiles).",
+    )
+    time_slicing_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pods that share one GPU by time-slicing (1 turns sharing off).",
+    )
 
     @field_validator("mig_profiles")
     @classmethod

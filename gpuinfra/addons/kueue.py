@@ -54,15 +54,32 @@ def _default_priorities() -> list[PriorityClass]:
 
 
 class KueueSettings(AddonSettings):
-    enabled: bool = True
-    namespace: Name = "kueue-system"
-    cluster_queue: Name = "gpu"
-    # ClusterQueues in one cohort lend each other unused quota.
-    cohort: Name = "gpuinfra"
-    flavors: list[KueueFlavor] = Field(default_factory=list)
-    # Team namespaces; each gets a LocalQueue named like the ClusterQueue.
-    teams: list[Name] = Field(default_factory=list)
-    priority_classes: list[PriorityClass] = Field(default_factory=_default_priorities)
+    enabled: bool = Field(
+        default=True,
+        description="Install Kueue. When false nothing is applied (the Ansible role leaves an "
+        "installed release alone).",
+    )
+    namespace: Name = Field(default="kueue-system", description="Namespace of the Kueue release.")
+    cluster_queue: Name = Field(
+        default="gpu", description="Name of the ClusterQueue (and of each team's LocalQueue)."
+    )
+    cohort: Name = Field(
+        default="gpuinfra",
+        description="Cohort the ClusterQueue lends unused quota to and borrows from.",
+    )
+    flavors: list[KueueFlavor] = Field(
+        default_factory=list,
+        description="Quota per GPU type, each a mapping: gpu_type (the gpuinfra.dev/gpu-type node "
+        "label value), gpus, cpu, memory, gpu_borrowing_limit (optional).",
+    )
+    teams: list[Name] = Field(
+        default_factory=list,
+        description="Team namespaces; each gets a LocalQueue pointing at the ClusterQueue.",
+    )
+    priority_classes: list[PriorityClass] = Field(
+        default_factory=_default_priorities,
+        description="WorkloadPriorityClasses, each a mapping: name, value, description.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> KueueSettings:

@@ -33,20 +33,47 @@ _SECRETS_DIR = "/etc/alertmanager/secrets"
 
 
 class PrometheusStackSettings(AddonSettings):
-    enabled: bool = True
-    namespace: Name = "monitoring"
-    retention: str = Field(default="15d", pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$")
-    # Oldest data is dropped first once the volume holds this much ("" = no size limit).
-    retention_size: str = Field(default="", pattern=r"^([0-9]+(B|KB|MB|GB|TB|PB|EB))?$")
-    storage_size: Quantity = "50Gi"
-    storage_class: Name | None = None
-    # An existing Secret holding Grafana's admin user and password: never a plaintext value.
-    grafana_admin_secret: Name = "grafana-admin"
-    grafana_admin_user_key: str = "admin-user"
-    grafana_admin_password_key: str = "admin-password"
-    # An existing Secret with one webhook URL per severity (keys critical, warning, info);
-    # without it alerts are routed by severity to receivers that deliver nowhere.
-    alert_webhook_secret: Name | None = None
+    enabled: bool = Field(
+        default=True,
+        description="Install the Prometheus stack. When false nothing is applied (the Ansible "
+        "role leaves an installed release alone).",
+    )
+    namespace: Name = Field(default="monitoring", description="Namespace of the release.")
+    retention: str = Field(
+        default="15d",
+        pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$",
+        description="How long Prometheus keeps samples (e.g. 15d).",
+    )
+    retention_size: str = Field(
+        default="",
+        pattern=r"^([0-9]+(B|KB|MB|GB|TB|PB|EB))?$",
+        description="Drop the oldest data once the volume holds this much (e.g. 45GB); empty "
+        "for no size limit.",
+    )
+    storage_size: Quantity = Field(
+        default="50Gi", description="Size of Prometheus's volume (a Kubernetes quantity)."
+    )
+    storage_class: Name | None = Field(
+        default=None,
+        description="StorageClass of Prometheus's volume; unset for the cluster default.",
+    )
+    grafana_admin_secret: Name = Field(
+        default="grafana-admin",
+        description="Existing Secret in the namespace holding Grafana's admin user and password "
+        "(never a plaintext value).",
+    )
+    grafana_admin_user_key: str = Field(
+        default="admin-user", description="Key of the admin user in that Secret."
+    )
+    grafana_admin_password_key: str = Field(
+        default="admin-password", description="Key of the admin password in that Secret."
+    )
+    # Without it alerts are still routed by severity, to receivers that deliver nowhere.
+    alert_webhook_secret: Name | None = Field(
+        default=None,
+        description="Existing Secret with one webhook URL per severity (keys critical, warning, "
+        "info); unset routes alerts nowhere.",
+    )
 
 
 def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, Any]:

@@ -107,20 +107,48 @@ class ModelRepository(Settings):
 
 class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
-    enabled: bool = False
-    namespace: Name = "triton"
-    model_repository: ModelRepository | None = None
-    models: list[TritonModel] = Field(default_factory=list)
-    gpus_per_replica: int = Field(default=1, ge=1, le=8)
-    gpu_type: Name | None = None
-    cpu: Quantity = "4"
-    memory: Quantity = "16Gi"
-    shm_size: Quantity = "1Gi"
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(default=2, ge=1)
-    # The autoscaler's CPU target: the HTTP/gRPC front end and pre/post-processing load CPU
-    # in step with request rate, and CPU needs no custom-metrics adapter.
-    target_cpu_utilization: int = Field(default=70, ge=10, le=100)
+    enabled: bool = Field(
+        default=False,
+        description="Deploy Triton. When false nothing is applied (the Ansible role leaves "
+        "deployed objects alone).",
+    )
+    namespace: Name = Field(default="triton", description="Namespace Triton runs in.")
+    model_repository: ModelRepository | None = Field(
+        default=None,
+        description="Where Triton reads models: {s3: s3://bucket/prefix, region, "
+        "service_account} or {pvc: claim-name}. Required when enabled.",
+    )
+    models: list[TritonModel] = Field(
+        default_factory=list,
+        description="Models whose config.pbtxt the spec writes, each a mapping: name, backend, "
+        "max_batch_size, dynamic_batching {preferred_batch_size, max_queue_delay_microseconds}, "
+        "instance_group {count, kind}, version_policy {policy, latest, versions}.",
+    )
+    gpus_per_replica: int = Field(
+        default=1, ge=1, le=8, description="GPUs each Triton pod requests."
+    )
+    gpu_type: Name | None = Field(
+        default=None,
+        description="Schedule Triton only on nodes labelled gpuinfra.dev/gpu-type=<gpu_type>; "
+        "unset for any GPU node.",
+    )
+    cpu: Quantity = Field(default="4", description="CPU request per pod (a Kubernetes quantity).")
+    memory: Quantity = Field(
+        default="16Gi", description="Memory request and limit per pod (a Kubernetes quantity)."
+    )
+    shm_size: Quantity = Field(
+        default="1Gi", description="Size of /dev/shm per pod (a Kubernetes quantity)."
+    )
+    min_replicas: int = Field(default=1, ge=1, description="Fewest pods the autoscaler keeps.")
+    max_replicas: int = Field(default=2, ge=1, description="Most pods the autoscaler starts.")
+    # CPU, because the HTTP/gRPC front end and pre/post-processing load CPU in step with
+    # request rate, and CPU needs no custom-metrics adapter.
+    target_cpu_utilization: int = Field(
+        default=70,
+        ge=10,
+        le=100,
+        description="Average CPU utilisation (percent) the autoscaler aims for.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TritonSettings:

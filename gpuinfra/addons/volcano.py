@@ -46,13 +46,30 @@ class VolcanoQueue(Settings):
 
 
 class VolcanoSettings(AddonSettings):
-    enabled: bool = False
-    namespace: Name = "volcano-system"
+    enabled: bool = Field(
+        default=False,
+        description="Install Volcano. When false nothing is applied (the Ansible role leaves an "
+        "installed release alone).",
+    )
+    namespace: Name = Field(
+        default="volcano-system", description="Namespace of the Volcano release."
+    )
     # "reclaim" is what lets a queue take back its share from reclaimable queues.
-    actions: list[Action] = Field(default_factory=lambda: list(DEFAULT_ACTIONS), min_length=1)
-    # Pack GPU pods onto as few nodes as possible, leaving whole nodes free for large jobs.
-    binpack: bool = True
-    queues: list[VolcanoQueue] = Field(default_factory=list)
+    actions: list[Action] = Field(
+        default_factory=lambda: list(DEFAULT_ACTIONS),
+        min_length=1,
+        description="Scheduler actions in order; must include allocate.",
+    )
+    binpack: bool = Field(
+        default=True,
+        description="Pack GPU pods onto as few nodes as possible, leaving whole nodes free for "
+        "large jobs.",
+    )
+    queues: list[VolcanoQueue] = Field(
+        default_factory=list,
+        description="Queues, each a mapping: name, weight (1-65535), capability ({resource: "
+        "quantity}, empty for unbounded), reclaimable (bool).",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> VolcanoSettings:

@@ -46,6 +46,30 @@ def render(
     console.print(f"wrote {len(written)} files under {out} (add-ons: {names})", markup=False)
 
 
+@addons_app.command("role-files")
+def role_files(
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; fail when a file is stale")
+    ] = False,
+    roles: Annotated[Path | None, typer.Option(help="The roles directory")] = None,
+) -> None:
+    """Write the add-on roles' defaults and argument specs from the settings models."""
+    from gpuinfra.addons import rolefiles
+    from gpuinfra.paths import repo_root
+
+    roles_dir = roles or repo_root() / "roles"
+    console = Console(soft_wrap=True, highlight=False)
+    if check:
+        rolefiles.check(roles_dir)
+        console.print(f"role files under {roles_dir} are up to date", markup=False)
+        return
+    written = rolefiles.write(roles_dir)
+    for path in written:
+        console.print(f"wrote {path.relative_to(roles_dir.parent)}", markup=False)
+    if not written:
+        console.print(f"role files under {roles_dir} are up to date", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `gpuinfra` app."""
     app.add_typer(addons_app, name="addons")

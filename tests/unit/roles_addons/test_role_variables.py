@@ -7,16 +7,16 @@ the settings default would change what a bare-metal site gets compared with a cl
 
 from __future__ import annotations
 
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import Field
 
 from gpuinfra import addons, schemas
+from gpuinfra.addons import rolefiles
 from gpuinfra.site import check_vars, role_specs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,26 +39,6 @@ def _defaults(addon: str) -> dict[str, Any]:
     return _yaml(ROLES / addon / "defaults" / "main.yml") or {}
 
 
-def _expected_spec(annotation: Any) -> dict[str, Any]:
-    """The argument_specs type (and choices) a settings field's annotation calls for."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [a for a in args if a is not type(None)]
-        return _expected_spec(inner)
-    if origin is typing.Annotated:
-        return _expected_spec(args[0])
-    if origin is typing.Literal:
-        return {"type": "str", "choices": list(args)}
-    if origin is list:
-        element = _expected_spec(args[0])
-        return {"type": "list", "elements": element["type"]} | (
-            {"choices": element["choices"]} if "choices" in element else {}
-        )
-    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-        return {"type": "dict"}
-    return {"type": {bool: "bool", int: "int", str: "str", float: "float"}[annotation]}
-
-
 @pytest.mark.parametrize("addon", addons.ADDONS)
 def test_role_variables_are_exactly_the_settings_fields(addon: str) -> None:
     options = _options(addon)
@@ -70,14 +50,68 @@ def test_role_variables_are_exactly_the_settings_fields(addon: str) -> None:
     assert "gpuinfra_kubeconfig" in options
 
 
+def test_committed_role_files_are_what_the_settings_models_give() -> None:
+    """defaults/main.yml and meta/argument_specs.yml are generated; a stale one fails here."""
+    stale = [str(path.relative_to(ROOT)) for path in rolefiles.stale(ROLES)]
+    assert stale == [], f"stale role files, run `{rolefiles.COMMAND}`: {stale}"
+
+
 @pytest.mark.parametrize("addon", addons.ADDONS)
-def test_argument_types_and_choices_follow_the_settings_model(addon: str) -> None:
-    options = _options(addon)
-    for name, field in addons.settings_model(addon).model_fields.items():
-        option = options[f"{addon}_{name}"]
-        declared = {k: option[k] for k in ("type", "elements", "choices") if k in option}
-        assert declared == _expected_spec(field.annotation), f"{addon}_{name}"
-        assert option.get("description"), f"{addon}_{name} has no description"
+def test_role_files_say_they_are_generated_and_by_what(addon: str) -> None:
+    for path in (
+        ROLES / addon / "defaults" / "main.yml",
+        ROLES / addon / "meta" / "argument_specs.yml",
+    ):
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        assert first.startswith("# Generated from the settings model"), path
+        assert f"`{rolefiles.COMMAND}`" in first, path
+
+
+def test_a_new_setting_reaches_both_role_files(tmp_path: Path) -> None:
+    """A new field gives its default, type, choices and words, and the old files turn stale."""
+    model = addons.settings_model("volcano")
+
+    class Extended(model):  # type: ignore[misc,valid-type]
+        preemption: typing.Literal["off", "within-queue"] = Field(
+            default="off", description="Whether jobs preempt others in their queue."
+        )
+        tiers: list[int] = Field(default_factory=lambda: [1, 2], description="Tier numbers.")
+        owner: str = Field(description="Who runs this scheduler.")
+
+    roles = tmp_path / "roles"
+    rolefiles.write(roles)
+    assert rolefiles.stale(roles) == []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(addons._SPECS, "volcano", (Extended, addons._SPECS["volcano"][1]))
+        stale = sorted(str(p.relative_to(roles)) for p in rolefiles.stale(roles))
+        assert stale == ["volcano/defaults/main.yml", "volcano/meta/argument_specs.yml"]
+        rolefiles.write(roles)
+    spec = _yaml(roles / "volcano" / "meta" / "argument_specs.yml")
+    options = spec["argument_specs"]["main"]["options"]
+    assert options["volcano_preemption"] == {
+        "description": "Whether jobs preempt others in their queue.",
+        "type": "str",
+        "choices": ["off", "within-queue"],
+        "default": "off",
+    }
+    assert options["volcano_tiers"]["elements"] == "int"
+    assert options["volcano_owner"]["required"] is True
+    assert "default" not in options["volcano_owner"]
+    defaults = _yaml(roles / "volcano" / "defaults" / "main.yml")
+    assert (defaults["volcano_preemption"], defaults["volcano_tiers"]) == ("off", [1, 2])
+    assert "volcano_owner" not in defaults
+
+
+def test_a_setting_without_a_description_is_refused() -> None:
+    model = addons.settings_model("kueue")
+
+    class Undescribed(model):  # type: ignore[misc,valid-type]
+        spare: bool = True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(addons._SPECS, "kueue", (Undescribed, addons._SPECS["kueue"][1]))
+        with pytest.raises(ValueError, match="setting 'spare' has no description"):
+            rolefiles.argument_specs_file("kueue")
 
 
 @pytest.mark.parametrize("addon", addons.ADDONS)
