@@ -80,14 +80,23 @@ def validate(model: type[M], data: Any, file: str, prefix: str = "") -> M:
 def problems_from(
     exc: ValidationError, model: type[BaseModel], file: str, prefix: str = ""
 ) -> list[Problem]:
-    problems: list[Problem] = []
+    return [
+        Problem(file, join_path([prefix, *loc] if prefix else loc), message)
+        for loc, message in located_messages(exc, model)
+    ]
+
+
+def located_messages(
+    exc: ValidationError, model: type[BaseModel]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each error of ``exc`` as (key path, what is wrong), in the words the stack files get."""
+    located: list[tuple[tuple[str | int, ...], str]] = []
     # A misspelled key also makes the real key "missing": report the spelling first.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     for err in errors:
         loc = [p for p in err["loc"] if not _is_union_tag(p)]
-        path = join_path([prefix, *loc] if prefix else loc)
-        problems.append(Problem(file, path, _message(err, model, loc)))
-    return problems
+        located.append((tuple(loc), _message(err, model, loc)))
+    return located
 
 
 def _is_union_tag(part: Any) -> bool:
