@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+from pydantic import ConfigDict, SkipValidation
 
 from components.validation import raise_findings, require_tags
 from gpuinfra import catalog
 from gpuinfra.addons.base import GPU_TAINT, GPU_TYPE_LABEL
-from gpuinfra.config import POOL_LABEL, Finding, node_pool_findings
+from gpuinfra.config import POOL_LABEL, CapacityType, Finding, NodePoolConfig, node_pool_findings
 
 # The EKS API spells taint effects in upper snake case (NoSchedule -> NO_SCHEDULE).
 EKS_GPU_TAINT = {
@@ -27,38 +27,31 @@ EKS_GPU_TAINT = {
     "effect": re.sub(r"(?<!^)(?=[A-Z])", "_", GPU_TAINT["effect"]).upper(),
 }
 
-_CAPACITY_TYPES = {
-    "on-demand": "ON_DEMAND",
-    "spot": "SPOT",
-    "capacity-reservation": "ON_DEMAND",
-    "capacity-block": "CAPACITY_BLOCK",
-}
+# A Pulumi input: pydantic leaves it alone (an Output is only known to the engine).
+StrInput = SkipValidation[str | pulumi.Output[str]]
 
 
-@dataclass
-class GpuNodePoolArgs:
-    cluster_name: pulumi.Input[str]
-    node_role_arn: pulumi.Input[str]
+class GpuNodePoolArgs(NodePoolConfig):
+    """One pool as the stack file declares it (``NodePoolConfig``), and the cluster it joins.
+
+    Fields go by their Python names; the pool's bounds, choices and defaults are the model's.
+    The pool's ``name`` is its ``gpuinfra.dev/pool`` label.
+    """
+
+    model_config = ConfigDict(
+        arbitrary_types_allowed=True, validate_by_name=True, validate_by_alias=False
+    )
+
+    cluster_name: StrInput
+    node_role_arn: StrInput
     region: str
-    instance_type: str
     # Zone name -> private subnet id; a pool with an explicit zone uses that zone's subnet only.
-    subnet_by_zone: Mapping[str, pulumi.Input[str]]
-    security_group_ids: Sequence[pulumi.Input[str]]
+    subnet_by_zone: SkipValidation[Mapping[str, str | pulumi.Output[str]]]
+    security_group_ids: SkipValidation[Sequence[str | pulumi.Output[str]]]
     tags: dict[str, str]
     ami_type: str = "AL2023_x86_64_NVIDIA"
     # The EKS GPU AMI release (versions.yaml eks_gpu_ami); None follows EKS's latest (dev only).
     ami_release_version: str | None = None
-    capacity_type: str = "on-demand"
-    min_size: int = 0
-    max_size: int = 1
-    desired_size: int = 0
-    availability_zone: str | None = None
-    efa: bool = False
-    root_volume_gib: int = 200
-    capacity_reservation_id: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    # The pool's name in the stack file, for the pool label; the component's name when None.
-    pool_name: str | None = None
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -77,9 +70,8 @@ class GpuNodePool(pulumi.ComponentResource):
         spec = catalog.instance_types()[args.instance_type]
         super().__init__("gpuinfra:node_pool:GpuNodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        pool = args.pool_name or name
-        tags = {**args.tags, POOL_LABEL: pool}
-        self.labels = {**args.labels, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: pool}
+        tags = {**args.tags, POOL_LABEL: args.name}
+        self.labels = {**args.labels, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: args.name}
 
         placement: aws.ec2.LaunchTemplatePlacementArgs | None = None
         self.placement_group_name = None
@@ -140,7 +132,7 @@ class GpuNodePool(pulumi.ComponentResource):
             instance_types=[args.instance_type],
             ami_type=args.ami_type,
             release_version=args.ami_release_version,
-            capacity_type=_CAPACITY_TYPES[args.capacity_type],
+            capacity_type=_eks_capacity_type(args.capacity_type),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=args.min_size, max_size=args.max_size, desired_size=args.desired_size
             ),
@@ -167,23 +159,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
 
 def _findings(args: GpuNodePoolArgs) -> list[Finding]:
-    found = require_tags(args.tags)
-    found += node_pool_findings(
-        region=args.region,
-        instance_type=args.instance_type,
-        capacity_type=args.capacity_type,
-        min_size=args.min_size,
-        max_size=args.max_size,
-        desired_size=args.desired_size,
-        availability_zone=args.availability_zone,
-        efa=args.efa,
-        capacity_reservation_id=args.capacity_reservation_id,
-        labels=args.labels,
-    )
-    if args.capacity_type not in _CAPACITY_TYPES:
-        found.append(
-            (("capacity_type",), f"'{args.capacity_type}': allowed {', '.join(_CAPACITY_TYPES)}")
-        )
+    found = require_tags(args.tags) + node_pool_findings(args, args.region)
     if args.availability_zone and args.availability_zone not in args.subnet_by_zone:
         found.append(
             (
@@ -192,9 +168,17 @@ def _findings(args: GpuNodePoolArgs) -> list[Finding]:
                 f"(zones: {', '.join(sorted(args.subnet_by_zone))})",
             )
         )
-    if not 50 <= args.root_volume_gib <= 16384:
-        found.append((("root_volume_gib",), "the root volume takes 50 to 16384 GiB"))
     return found
+
+
+def _eks_capacity_type(capacity_type: CapacityType) -> str:
+    # A capacity reservation is On-Demand capacity held for the pool; the launch template
+    # targets it. A Capacity Block is a market of its own (_market).
+    if capacity_type == "spot":
+        return "SPOT"
+    if capacity_type == "capacity-block":
+        return "CAPACITY_BLOCK"
+    return "ON_DEMAND"
 
 
 def _efa_interfaces(

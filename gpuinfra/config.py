@@ -11,12 +11,19 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpuinfra import catalog
 from gpuinfra.addons import AddonsSettings
 from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import display_path, join_path, load_yaml, validate
+from gpuinfra.loading import display_path, join_path, load_yaml, located_messages, validate
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -239,68 +246,70 @@ def zone_problem(region: str, zone: str) -> str | None:
     return f"'{zone}' is not an availability zone of {region} (allowed: {allowed(zones)})"
 
 
-def node_pool_findings(
-    *,
-    region: str,
-    instance_type: str,
-    capacity_type: str,
-    min_size: int,
-    max_size: int,
-    desired_size: int,
-    availability_zone: str | None,
-    efa: bool,
-    capacity_reservation_id: str | None,
-    labels: dict[str, str],
-) -> list[Finding]:
-    found: list[Finding] = []
-    unknown = instance_type_problem(instance_type)
-    if unknown:
-        found.append((("instance_type",), unknown))
-    if min_size > max_size:
-        found.append((("min_size",), f"minSize {min_size} is greater than maxSize {max_size}"))
-    elif not min_size <= desired_size <= max_size:
+def node_pool_findings(pool: NodePoolConfig, region: str) -> list[Finding]:
+    """Every problem of one pool: its fields, then the checks that span fields and the region.
+
+    The fields are checked against the model again, so a pool made without validation
+    (``model_construct``, ``model_copy(update=...)``) gets the stack file's own words.
+    """
+    found = _pool_field_findings(pool)
+    if pool.min_size > pool.max_size:
+        found.append(
+            (("min_size",), f"minSize {pool.min_size} is greater than maxSize {pool.max_size}")
+        )
+    elif not pool.min_size <= pool.desired_size <= pool.max_size:
         found.append(
             (
                 ("desired_size",),
-                f"desiredSize {desired_size} must lie between minSize {min_size} "
-                f"and maxSize {max_size}",
+                f"desiredSize {pool.desired_size} must lie between minSize {pool.min_size} "
+                f"and maxSize {pool.max_size}",
             )
         )
-    if availability_zone is not None:
-        bad_zone = zone_problem(region, availability_zone)
+    zone = pool.availability_zone
+    if zone is not None:
+        bad_zone = zone_problem(region, zone)
         if bad_zone:
             found.append((("availability_zone",), bad_zone))
-    if efa and not unknown and catalog.instance_types()[instance_type].efa_interfaces == 0:
-        found.append(
-            (("efa",), f"{instance_type} has no EFA interfaces; {_efa_hint(instance_type)}")
-        )
-    if efa and availability_zone is None:
+    spec = catalog.instance_types().get(pool.instance_type)
+    if pool.efa and spec is not None and spec.efa_interfaces == 0:
+        found.append((("efa",), f"{spec.name} has no EFA interfaces; {_efa_hint(spec.name)}"))
+    if pool.efa and zone is None:
         found.append(
             (("availability_zone",), "an EFA pool needs one explicit zone for its placement group")
         )
-    reserved = capacity_type in ("capacity-reservation", "capacity-block")
-    if reserved and not capacity_reservation_id:
+    capacity, reservation = pool.capacity_type, pool.capacity_reservation_id
+    reserved = capacity in ("capacity-reservation", "capacity-block")
+    if reserved and not reservation:
         found.append(
-            (("capacity_reservation_id",), f"capacityType {capacity_type} needs a reservation id")
+            (("capacity_reservation_id",), f"capacityType {capacity} needs a reservation id")
         )
-    if capacity_reservation_id and not reserved:
+    if reservation and not reserved:
         found.append(
             (
                 ("capacity_reservation_id",),
                 f"a reservation id needs capacityType 'capacity-reservation' or "
-                f"'capacity-block', not '{capacity_type}'",
+                f"'capacity-block', not '{capacity}'",
             )
         )
-    if reserved and availability_zone is None:
+    if reserved and zone is None:
         found.append(
             (("availability_zone",), "a capacity reservation lives in one zone: name it here")
         )
-    for key in sorted(labels):
+    for key in sorted(pool.labels):
         if key.startswith(RESERVED_LABEL_PREFIX):
             found.append(
                 (("labels", key), f"'{RESERVED_LABEL_PREFIX}*' labels are set by gpuinfra")
             )
     return found
+
+
+def _pool_field_findings(pool: NodePoolConfig) -> list[Finding]:
+    fields = {name: getattr(pool, name) for name in NodePoolConfig.model_fields}
+    try:
+        NodePoolConfig.model_validate(fields, by_alias=False, by_name=True)
+    except ValidationError as exc:
+        return located_messages(exc, NodePoolConfig)
+    return []
 
 
 def _efa_hint(instance_type: str) -> str:
@@ -396,21 +405,7 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
         )
     ]
     for i, pool in enumerate(cfg.node_pools):
-        for path, message in node_pool_findings(
-            region=cfg.region,
-            instance_type=pool.instance_type,
-            capacity_type=pool.capacity_type,
-            min_size=pool.min_size,
-            max_size=pool.max_size,
-            desired_size=pool.desired_size,
-            availability_zone=pool.availability_zone,
-            efa=pool.efa,
-            capacity_reservation_id=pool.capacity_reservation_id,
-            labels=pool.labels,
-        ):
-            if path == ("instance_type",):
-                continue  # already reported by the field validator, with its suggestion
-            found.append((("node_pools", i, *path), message))
+        found += [(("node_pools", i, *path), m) for path, m in node_pool_findings(pool, cfg.region)]
     for i, pool in enumerate(cfg.node_pools):
         if pool.instance_type not in cfg.policy.allowed_instance_types:
             found.append(

@@ -93,10 +93,10 @@ def main(cfg: StackConfig, pins: versions.Versions) -> None:
         pools[pool.name] = GpuNodePool(
             f"{name}-{pool.name}",
             GpuNodePoolArgs(
+                **pool.model_dump(),
                 cluster_name=cluster.cluster_name,
                 node_role_arn=cluster.node_role_arn,
                 region=cfg.region,
-                instance_type=pool.instance_type,
                 subnet_by_zone=network.private_subnet_by_zone,
                 security_group_ids=[
                     network.node_security_group_id,
@@ -105,16 +105,6 @@ def main(cfg: StackConfig, pins: versions.Versions) -> None:
                 tags=tags,
                 ami_type=ami.source.ami_type or "AL2023_x86_64_NVIDIA",
                 ami_release_version=ami_release,
-                capacity_type=pool.capacity_type,
-                min_size=pool.min_size,
-                max_size=pool.max_size,
-                desired_size=pool.desired_size,
-                availability_zone=pool.availability_zone,
-                efa=pool.efa,
-                root_volume_gib=pool.root_volume_gib,
-                capacity_reservation_id=pool.capacity_reservation_id,
-                labels=pool.labels,
-                pool_name=pool.name,
             ),
             opts=pulumi.ResourceOptions(depends_on=[cluster]),
         )

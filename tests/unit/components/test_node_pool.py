@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
+from gpuinfra.config import NodePoolConfig, load_stack, parse_stack, stack_path
 from gpuinfra.errors import ConfigError
+from gpuinfra.loading import load_yaml
 from tests.unit.components.conftest import TAGS, refused
 
 ZONES = {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"}
@@ -13,6 +17,7 @@ ZONES = {"us-east-1a": "subnet-a", "us-east-1b": "subnet-b"}
 
 def pool_args(**overrides: object) -> GpuNodePoolArgs:
     values: dict[str, object] = {
+        "name": "pool",
         "cluster_name": "gpu",
         "node_role_arn": "arn:aws:iam::123456789012:role/node",
         "region": "us-east-1",
@@ -22,7 +27,9 @@ def pool_args(**overrides: object) -> GpuNodePoolArgs:
         "tags": TAGS,
     }
     values.update(overrides)
-    return GpuNodePoolArgs(**values)  # type: ignore[arg-type]
+    # Unchecked, as a caller's model_copy(update=...) would be: the component's own check is
+    # what these tests see.
+    return GpuNodePoolArgs.model_construct(**values)
 
 
 def test_p5_pool_gets_32_efa_interfaces_and_a_cluster_placement_group(run) -> None:
@@ -94,7 +101,7 @@ def test_nodes_carry_the_gpu_taint_and_the_labels_kueue_selects(run) -> None:
     result = run(
         lambda: GpuNodePool(
             "gpuinfra-staging-l40s",
-            pool_args(instance_type="g6e.xlarge", pool_name="l40s", labels={"tier": "serve"}),
+            pool_args(instance_type="g6e.xlarge", name="l40s", labels={"tier": "serve"}),
         )
     )
     node_group = result.named("gpuinfra-staging-l40s-ng").inputs
@@ -174,3 +181,70 @@ def test_the_labels_kueue_relies_on_cannot_be_overridden(run) -> None:
         "GpuNodePool 'p': args.labels.gpuinfra.dev/gpu-type: 'gpuinfra.dev/*' labels are set "
         "by gpuinfra"
     )
+
+
+def test_a_pool_from_the_stack_file_is_the_component_argument(run) -> None:
+    pool = load_stack("prod").node_pools[0]
+    # Validated: GpuNodePoolArgs is the stack file's pool model with the cluster's wiring.
+    args = GpuNodePoolArgs(
+        **pool.model_dump(),
+        cluster_name="gpu",
+        node_role_arn="arn:aws:iam::123456789012:role/node",
+        region="us-east-1",
+        subnet_by_zone=ZONES,
+        security_group_ids=["sg-nodes"],
+        tags=TAGS,
+    )
+    result = run(lambda: GpuNodePool("h100", args))
+    node_group = result.named("h100-ng").inputs
+    assert node_group["instanceTypes"] == [pool.instance_type]
+    assert node_group["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    assert node_group["labels"]["gpuinfra.dev/pool"] == pool.name
+    (root,) = result.named("h100-lt").inputs["blockDeviceMappings"]
+    assert root["ebs"]["volumeSize"] == pool.root_volume_gib
+
+
+def _root_volume_bounds() -> tuple[int, int]:
+    """The bounds as the model writes them (Field(ge=..., le=...)), the one place they live."""
+    meta = NodePoolConfig.model_fields["root_volume_gib"].metadata
+    (low,) = (m.ge for m in meta if hasattr(m, "ge"))
+    (high,) = (m.le for m in meta if hasattr(m, "le"))
+    return int(low), int(high)
+
+
+def _stack_file_problem(key: str, value: object) -> str | None:
+    document = copy.deepcopy(load_yaml(stack_path("dev")))
+    document["config"]["gpuinfra:nodePools"][0][key] = value
+    try:
+        parse_stack(document, "stacks/Pulumi.dev.yaml")
+    except ConfigError as exc:
+        (problem,) = exc.problems
+        assert problem.path == f"config.gpuinfra:nodePools[0].{key}"
+        return problem.message
+    return None
+
+
+def _component_problem(run, field: str, value: object) -> str | None:
+    try:
+        run(lambda: GpuNodePool("p", pool_args(**{field: value})))
+    except ConfigError as exc:
+        (problem,) = exc.problems
+        assert problem.path == f"args.{field}"
+        return problem.message
+    return None
+
+
+def test_the_stack_file_and_the_component_hold_the_same_bounds_and_choices(run) -> None:
+    low, high = _root_volume_bounds()
+    for value in (low, high):
+        assert _stack_file_problem("rootVolumeGib", value) is None
+        assert _component_problem(run, "root_volume_gib", value) is None
+    cases = [
+        ("rootVolumeGib", "root_volume_gib", low - 1),
+        ("rootVolumeGib", "root_volume_gib", high + 1),
+    ]
+    cases += [("capacityType", "capacity_type", "spto"), ("minSize", "min_size", -1)]
+    for key, field, value in cases:
+        in_file = _stack_file_problem(key, value)
+        assert in_file, f"{key}: {value!r} passed the stack file"
+        assert _component_problem(run, field, value) == in_file, f"{field}: {value!r}"
