@@ -179,18 +179,63 @@ def test_gpu_operator_upgrades_its_crds_with_the_chart() -> None:
     assert _effective(render.values, chart_defaults, "operator.upgradeCRD") is True
 
 
+def _phases(addon: str) -> list[str]:
+    """The steps of a role's tasks/main.yml in order: its own task files, addon_helm's entry
+    points (``addon_helm:<entry>``) and the tasks written there, by name."""
+    steps: list[str] = []
+
+    def walk(tasks: list[dict[str, Any]]) -> None:
+        for task in tasks:
+            if "block" in task:
+                walk(task["block"])
+            elif "ansible.builtin.import_tasks" in task:
+                steps.append(task["ansible.builtin.import_tasks"])
+            elif "ansible.builtin.import_role" in task:
+                imported = task["ansible.builtin.import_role"]
+                steps.append(f"{imported['name']}:{imported['tasks_from']}")
+            else:
+                steps.append(task["name"])
+
+    walk(_yaml(ROLES / addon / "tasks" / "main.yml"))
+    return steps
+
+
+@pytest.mark.parametrize("addon", addons.ADDONS)
+def test_roles_apply_through_the_shared_helm_role_in_phase_order(addon: str) -> None:
+    """Render, preflight, namespaces, install (a chart only), objects, verify; nothing between
+    the render and the shared preflight reaches the cluster."""
+    steps = _phases(addon)
+    shared = [s.removeprefix("addon_helm:") for s in steps if s.startswith("addon_helm:")]
+    example = _yaml(ROOT / "inventory" / "example" / "group_vars" / "all" / f"{addon}.yml")
+    settings = addons.settings_from_role_vars(addon, example).model_copy(update={"enabled": True})
+    chart = addons.render(addon, settings).chart is not None
+    assert shared == ["preflight", "prepare", *(["install"] if chart else []), "objects"]
+    assert steps[1].startswith("Render ") and steps[2] == "addon_helm:preflight"
+    assert steps[-1] == "verify.yml"
+    verify = _yaml(ROLES / addon / "tasks" / "verify.yml")
+    imports_release_check = [
+        t["ansible.builtin.import_role"]["tasks_from"]
+        for t in verify
+        if "ansible.builtin.import_role" in t
+    ]
+    assert imports_release_check == (["verify"] if chart else [])
+
+
 def test_prometheus_stack_applies_the_pulled_charts_crds_before_helm() -> None:
     """kube-prometheus-stack's CRDs sit in a crds/ directory Helm never upgrades."""
     tasks = ROLES / "prometheus_stack" / "tasks"
-    main = [
-        t["ansible.builtin.import_tasks"]
-        for t in _yaml(tasks / "main.yml")
-        if "ansible.builtin.import_tasks" in t
-    ]
-    assert main.index("crds.yml") < main.index("install.yml")
+    steps = _phases("prometheus_stack")
+    assert steps.index("crds.yml") < steps.index("addon_helm:install")
     crds = {t["name"]: t for t in _yaml(tasks / "crds.yml")}
     apply = next(t["kubernetes.core.k8s"] for t in crds.values() if "kubernetes.core.k8s" in t)
     assert apply["apply"] is True
     assert apply["server_side_apply"]["force_conflicts"] is True
-    (install,) = _yaml(tasks / "install.yml")
-    assert install["kubernetes.core.helm"]["skip_crds"] is True
+    (block,) = [t for t in _yaml(tasks / "main.yml") if "block" in t]
+    (install,) = [
+        t
+        for t in block["block"]
+        if t.get("ansible.builtin.import_role", {}).get("tasks_from") == "install"
+    ]
+    assert install["vars"]["addon_helm_skip_crds"] is True
+    (helm,) = _yaml(ROLES / "addon_helm" / "tasks" / "install.yml")
+    assert helm["kubernetes.core.helm"]["skip_crds"] == "{{ addon_helm_skip_crds }}"
