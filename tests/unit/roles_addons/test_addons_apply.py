@@ -1,0 +1,186 @@
+"""playbooks/addons.yml run to the end, with stand-ins for the kubernetes.core modules.
+
+There is no Kubernetes API server here. A collection named kubernetes.core, found before the real
+one, records each module call with its arguments and answers as a healthy cluster would, so the
+run covers every phase of every add-on role and of the shared addon_helm role: what reaches the
+cluster, with which arguments, in which order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra import addons
+from gpuinfra.addons import AddonRender
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE_VARS = ROOT / "inventory" / "example" / "group_vars" / "all"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# Volcano is off in the example site; on here so that every chart add-on runs.
+EXTRA = {"volcano_enabled": True, "volcano_queues": [{"name": "train", "weight": 2}]}
+MODULES = ("k8s", "k8s_info", "k8s_cluster_info", "helm", "helm_info", "helm_pull")
+
+STAND_IN = """#!/usr/bin/python
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule, _load_params
+
+MODULE = "{name}"
+
+
+def main():
+    args = {{k: v for k, v in _load_params().items() if not k.startswith("_ansible")}}
+    module = AnsibleModule(argument_spec={{k: {{"type": "raw"}} for k in args}})
+    with open(os.environ["STAND_IN_LOG"], "a") as log:
+        log.write(json.dumps({{"module": MODULE, "args": args}}) + "\\n")
+    result = {{"changed": MODULE in ("k8s", "helm", "helm_pull")}}
+    if MODULE == "helm_info":
+        charts = json.loads(os.environ["STAND_IN_CHARTS"])
+        result["status"] = {{"status": "deployed", "chart": charts[args["release_name"]]}}
+    if MODULE == "k8s_info":
+        state = "Open" if args.get("kind") == "Queue" else "ready"
+        keys = ("admin-user", "admin-password", "critical", "warning", "info")
+        result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, "")}}]
+    if MODULE == "helm_pull":
+        chart = os.path.join(args["destination"], args["chart_ref"])
+        os.makedirs(os.path.join(chart, "charts", "crds", "crds"))
+        open(os.path.join(chart, "Chart.yaml"), "w").close()
+        open(os.path.join(chart, "charts", "crds", "crds", "crd-a.yaml"), "w").close()
+    module.exit_json(**result)
+
+
+main()
+"""
+
+
+def _renders() -> list[AddonRender]:
+    renders = []
+    for addon in addons.ADDONS:
+        variables = yaml.safe_load((EXAMPLE_VARS / f"{addon}.yml").read_text())
+        settings = addons.settings_from_role_vars(
+            addon, {**variables, **{k: v for k, v in EXTRA.items() if k.startswith(addon)}}
+        )
+        if settings.enabled:
+            renders.append(addons.render(addon, settings))
+    return renders
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Every kubernetes.core call of one run of playbooks/addons.yml, in order."""
+    tmp = tmp_path_factory.mktemp("apply")
+    modules = tmp / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins"
+    (modules / "modules").mkdir(parents=True)
+    for name in MODULES:
+        (modules / "modules" / f"{name}.py").write_text(STAND_IN.format(name=name))
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "helm").write_text("#!/bin/sh\necho v3.19.0\n")
+    (bin_dir / "helm").chmod(0o755)
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    log = tmp / "calls.jsonl"
+    charts = {r.release: f"{r.chart.name}-{r.chart.version}" for r in _renders() if r.chart}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections"),
+        "ANSIBLE_FACT_CACHING": "memory",
+        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible"),
+        "ANSIBLE_NOCOLOR": "1",
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "STAND_IN_CHARTS": json.dumps(charts),
+        "STAND_IN_LOG": str(log),
+    }
+    extra = {**EXTRA, "gpuinfra_chart_cache_dir": str(tmp / "charts")}
+    proc = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            "inventory/example",
+            "playbooks/addons.yml",
+            "-e",
+            json.dumps(extra),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _index(calls: list[dict[str, Any]], module: str, **args: Any) -> int:
+    for i, call in enumerate(calls):
+        if call["module"] == module and all(call["args"].get(k) == v for k, v in args.items()):
+            return i
+    raise AssertionError(f"no {module} call with {args}")
+
+
+def _applied(calls: list[dict[str, Any]], obj: dict[str, Any]) -> int:
+    return _index(calls, "k8s", definition=json.loads(json.dumps(obj)))
+
+
+def test_each_chart_is_installed_pinned_with_the_renders_values_and_waits(
+    calls: list[dict[str, Any]],
+) -> None:
+    helm = [c["args"] for c in calls if c["module"] == "helm"]
+    renders = [r for r in _renders() if r.chart is not None]
+    assert [h["release_name"] for h in helm] == [r.release for r in renders]
+    for args, render in zip(helm, renders, strict=True):
+        assert render.chart is not None
+        assert args["release_namespace"] == render.namespace
+        assert args["chart_version"] == render.chart.version
+        assert args["release_values"] == json.loads(json.dumps(render.values)), render.name
+        assert (args["wait"], args["timeout"]) == (True, "15m")
+        assert args["skip_crds"] is (render.name == "prometheus_stack")
+
+
+def test_namespaces_and_core_objects_before_the_chart_extra_objects_after(
+    calls: list[dict[str, Any]],
+) -> None:
+    for render in _renders():
+        namespace = _index(calls, "k8s", kind="Namespace", name=render.namespace)
+        core = [o for o in render.objects if o["apiVersion"] == "v1"]
+        extra = [o for o in render.objects if o["apiVersion"] != "v1"]
+        if render.chart:
+            install = _index(calls, "helm", release_name=render.release)
+        else:
+            install = min(_applied(calls, o) for o in extra)
+        assert all(namespace < _applied(calls, o) <= install for o in core), render.name
+        for obj in extra:
+            index = _applied(calls, obj)
+            assert index >= install, f"{render.name}: {obj['kind']} before its chart"
+            args = calls[index]["args"]
+            assert args["apply"] is True
+            assert args["server_side_apply"] == {"field_manager": "gpuinfra"}
+
+
+def test_the_prometheus_stacks_crds_are_applied_before_its_chart(
+    calls: list[dict[str, Any]],
+) -> None:
+    crds = next(i for i, c in enumerate(calls) if c["module"] == "k8s" and "src" in c["args"])
+    assert calls[crds]["args"]["src"].endswith("/charts/crds/crds/crd-a.yaml")
+    assert calls[crds]["args"]["server_side_apply"]["force_conflicts"] is True
+    assert crds < _index(calls, "helm", release_name="kube-prometheus-stack")
+
+
+def test_each_release_is_checked_on_the_one_kubeconfig(calls: list[dict[str, Any]]) -> None:
+    """Triton has no chart: no release to check, and no Helm call."""
+    checked = [c["args"]["release_name"] for c in calls if c["module"] == "helm_info"]
+    assert checked == [r.release for r in _renders() if r.chart is not None]
+    kubeconfigs = {c["args"]["kubeconfig"] for c in calls if "kubeconfig" in c["args"]}
+    assert len(kubeconfigs) == 1 and next(iter(kubeconfigs)).endswith("/kubeconfig")
