@@ -7,17 +7,16 @@ and their exit code, once, here. A user mistake never shows a traceback.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuinfra.commands.console import err, out
 from gpuinfra.errors import EXIT_INTERNAL, CheckFailed, ConfigError, GpuinfraError, UsageError
 
 if TYPE_CHECKING:
@@ -33,11 +32,6 @@ versions_app = typer.Typer(help="The pinned versions in versions.yaml.", no_args
 config_app = typer.Typer(help="Validate stack and site configuration.", no_args_is_help=True)
 app.add_typer(versions_app, name="versions")
 app.add_typer(config_app, name="config")
-
-# Pipes and CI logs get a wide table rather than rich's 80-column default.
-_WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
-out = Console(width=_WIDTH)
-err = Console(stderr=True, soft_wrap=True)
 
 
 class Format(StrEnum):

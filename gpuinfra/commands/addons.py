@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from gpuinfra.commands.console import say
 from gpuinfra.errors import UsageError
 
 addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")
@@ -34,16 +34,15 @@ def render(
         assert site is not None
         settings = addons.settings_from_site(site_mod.load_site(site))
     renders = addons.render_all(settings)
-    console = Console(soft_wrap=True, highlight=False)
     if out is None:
         for item in renders:
             for relative, text in output.render_files(item).items():
-                console.print(f"# --- {relative}", markup=False)
-                console.print(text.rstrip("\n"), markup=False)
+                say(f"# --- {relative}")
+                say(text.rstrip("\n"))
         return
     written = output.write(renders, out)
     names = ", ".join(r.name for r in renders) or "none"
-    console.print(f"wrote {len(written)} files under {out} (add-ons: {names})", markup=False)
+    say(f"wrote {len(written)} files under {out} (add-ons: {names})")
 
 
 @addons_app.command("role-files")
@@ -58,16 +57,15 @@ def role_files(
     from gpuinfra.paths import repo_root
 
     roles_dir = roles or repo_root() / "roles"
-    console = Console(soft_wrap=True, highlight=False)
     if check:
         rolefiles.check(roles_dir)
-        console.print(f"role files under {roles_dir} are up to date", markup=False)
+        say(f"role files under {roles_dir} are up to date")
         return
     written = rolefiles.write(roles_dir)
     for path in written:
-        console.print(f"wrote {path.relative_to(roles_dir.parent)}", markup=False)
+        say(f"wrote {path.relative_to(roles_dir.parent)}")
     if not written:
-        console.print(f"role files under {roles_dir} are up to date", markup=False)
+        say(f"role files under {roles_dir} are up to date")
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra import lab as lab_mod
+from gpuinfra.commands.console import out
 from gpuinfra.errors import CheckFailed
 
 if TYPE_CHECKING:
@@ -42,12 +43,6 @@ _STATUS_STYLE = {
 }
 
 
-def _out() -> Any:
-    from gpuinfra.cli import out
-
-    return out
-
-
 @lab_app.command("up")
 def lab_up(
     hosts: Annotated[int, typer.Option(help="How many hosts")] = 2,
@@ -55,7 +50,6 @@ def lab_up(
     port_base: PortBase = None,
 ) -> None:
     """Start the lab hosts (kept when running) and write their inventory."""
-    out = _out()
     settings = lab_mod.Settings.from_env(prefix, port_base)
     started = lab_mod.up(settings, hosts, log=lambda line: out.print(f"lab: {escape(line)}"))
     for host in started:
@@ -69,7 +63,7 @@ def lab_down(prefix: Prefix = None, port_base: PortBase = None) -> None:
     """Remove the lab's containers, repository server and generated inventory."""
     settings = lab_mod.Settings.from_env(prefix, port_base)
     removed = lab_mod.down(settings)
-    _out().print(f"lab: removed {', '.join(removed) if removed else 'nothing (no hosts)'}")
+    out.print(f"lab: removed {', '.join(removed) if removed else 'nothing (no hosts)'}")
 
 
 @lab_app.command("status")
@@ -82,7 +76,6 @@ def lab_status(prefix: Prefix = None, port_base: PortBase = None) -> None:
     for host in lab_mod.hosts(settings):
         style = "green" if host.state == "running" else "yellow"
         table.add_row(host.name, f"[{style}]{host.state}[/]", f"127.0.0.1:{host.port}")
-    out = _out()
     out.print(table)
     proxy = "running" if lab_mod.proxy_listening(settings.proxy_port) else "not running"
     out.print(f"apt proxy 127.0.0.1:{settings.proxy_port}: {proxy}")
@@ -165,7 +158,6 @@ def converge(
     from gpuinfra import runner
     from gpuinfra import site as site_mod
 
-    out = _out()
     site_dir = site or lab_mod.Settings.from_env().inventory_dir
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)

@@ -7,23 +7,19 @@ markdown for a pull request comment.
 
 from __future__ import annotations
 
-import io
-import shutil
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 
+from gpuinfra.commands.console import emit, render_text
 from gpuinfra.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
     from gpuinfra import diff as diff_mod
-
-# Pipes and CI logs get a wide table rather than rich's 80-column default.
-_WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
 
 
 class ReviewFormat(StrEnum):
@@ -37,24 +33,6 @@ OutOption = Annotated[
     Path | None, typer.Option("--out", help="Write to this file instead of standard output")
 ]
 StackOption = Annotated[str | None, typer.Option("--stack", help="A stack: dev, staging or prod")]
-
-
-def _emit(text: str, out: Path | None) -> None:
-    if out is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
-
-
-def render_tables(renderables: list[RenderableType]) -> str:
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=_WIDTH, force_terminal=False, color_system=None)
-    for item in renderables:
-        console.print(item)
-    return buffer.getvalue()
 
 
 def _usd(value: float | None) -> str:
@@ -177,11 +155,11 @@ def register(app: typer.Typer) -> None:
         else:
             raise UsageError("give exactly one of --stack ENV or --site DIR")
         if fmt is ReviewFormat.json:
-            _emit(plan_mod.to_json(doc), out)
+            emit(plan_mod.to_json(doc), out)
         elif fmt is ReviewFormat.markdown:
-            _emit(plan_mod.render_markdown(doc), out)
+            emit(plan_mod.render_markdown(doc), out)
         else:
-            _emit(render_tables(plan_tables(doc)), out)
+            emit(render_text(plan_tables(doc)), out)
 
     @app.command("cost")
     def cost(
@@ -196,11 +174,11 @@ def register(app: typer.Typer) -> None:
 
         doc = cost_mod.estimate(config.load_stack(stack)).document()
         if fmt is ReviewFormat.json:
-            _emit(plan_mod.to_json(doc), out)
+            emit(plan_mod.to_json(doc), out)
         elif fmt is ReviewFormat.markdown:
-            _emit(plan_mod.cost_markdown(doc), out)
+            emit(plan_mod.cost_markdown(doc), out)
         else:
-            _emit(render_tables([cost_table(doc)]), out)
+            emit(render_text([cost_table(doc)]), out)
 
     @app.command("diff")
     def diff(
@@ -228,10 +206,10 @@ def register(app: typer.Typer) -> None:
             only = diff_mod.Target("site", Path(site).name)
         report = diff_mod.diff(base, only=only)
         if fmt is ReviewFormat.json:
-            _emit(plan_mod.to_json(report.document()), out)
+            emit(plan_mod.to_json(report.document()), out)
         elif fmt is ReviewFormat.markdown:
-            _emit(diff_mod.render_markdown(report), out)
+            emit(diff_mod.render_markdown(report), out)
         else:
-            _emit(render_tables(diff_tables(report)), out)
+            emit(render_text(diff_tables(report)), out)
         if report.failed:
             raise CheckFailed(f"{t.target}: {line}" for t in report.targets for line in t.errors)

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from gpuinfra.commands.console import say
 
 schemas_app = typer.Typer(
     help="The chart values trees, CRD schemas and DCGM counter lists in gpuinfra/data.",
@@ -33,13 +34,10 @@ def build(
     files = chartdata.chart_files(source)
     written = chartdata.write(files, out or chartdata.DATA)
     kinds = sum(len(k) for k in chartdata.crd_schemas(source.crds).values())
-    console = Console(soft_wrap=True, highlight=False)
     for target in written:
-        console.print(f"wrote {display_path(target)}", markup=False)
-    console.print(
-        f"{source.name} {source.version}: {len(source.values)} top-level values, "
-        f"{kinds} CRD schemas",
-        markup=False,
+        say(f"wrote {display_path(target)}")
+    say(
+        f"{source.name} {source.version}: {len(source.values)} top-level values, {kinds} CRD schemas"
     )
 
 
@@ -56,9 +54,8 @@ def counters(
     from gpuinfra.loading import display_path
 
     written = chartdata.write(chartdata.counter_files(version, csv_files), out or chartdata.DATA)
-    console = Console(soft_wrap=True, highlight=False)
     for target in written:
-        console.print(f"wrote {display_path(target)}", markup=False)
+        say(f"wrote {display_path(target)}")
 
 
 def register(app: typer.Typer) -> None:

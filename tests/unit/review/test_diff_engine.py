@@ -150,6 +150,7 @@ def test_markdown_shows_cost_delta_alerts_and_warnings() -> None:
 
 def test_table_lists_each_changed_property() -> None:
     from gpuinfra.commands import review
+    from gpuinfra.commands.console import render_text
 
     head = plan()
     head["resources"][0]["properties"]["scalingConfig"]["desiredSize"] = 3
@@ -160,7 +161,7 @@ def test_table_lists_each_changed_property() -> None:
         versions=diff.VersionsDiff(bumped=(diff.Change("kueue", "0.19.2", "0.19.3"),)),
         targets=(diff.diff_plans("stack prod", plan(), head),),
     )
-    table = review.render_tables(review.diff_tables(report))
+    table = render_text(review.diff_tables(report))
     assert "stack prod: changed" in table
     row = next(line for line in table.splitlines() if "scalingConfig.desiredSize" in line)
     assert "prod-gpu" in row and "2" in row and "3" in row

@@ -174,6 +174,7 @@ def test_cost_command_reports_lines_dates_and_lacking_prices() -> None:
 def test_markdown_and_table_show_releases_policy_and_cost() -> None:
     from gpuinfra import plan as plan_mod
     from gpuinfra.commands import review
+    from gpuinfra.commands.console import render_text
 
     document = json.loads((GOLDEN / "plan-stack-prod.json").read_text())
     text = plan_mod.render_markdown(document)
@@ -182,7 +183,7 @@ def test_markdown_and_table_show_releases_policy_and_cost() -> None:
     assert "### stack prod: policy pack (passes)" in text
     total = f"${document['cost']['monthly_desired_usd']:,.2f}"
     assert f"| **total** | priced lines | {total} |" in text
-    table = review.render_tables(review.plan_tables(document))
+    table = render_text(review.plan_tables(document))
     assert "Monthly cost estimate: prod (us-east-1)" in table
     assert "instance prices 2026-07-20" in table
 
