@@ -266,7 +266,7 @@ def _vars_files(site: Path) -> Iterator[tuple[str, str, Path]]:
                 yield kind, entry.stem, entry
 
 
-DRIVER_SOURCES = ("distro", "cuda_repo", "runfile", "preinstalled")
+DRIVER_SOURCES = ("distro", "cuda_repo", "preinstalled")
 
 
 def check_versions(site: Site) -> list[Problem]:

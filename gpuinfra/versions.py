@@ -18,14 +18,13 @@ from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml, validate
 from gpuinfra.paths import repo_root
 
-SourceType = Literal["apt", "dnf", "helm", "image", "runfile", "eks", "eks-ami", "preinstalled"]
+SourceType = Literal["apt", "dnf", "helm", "image", "eks", "eks-ami", "preinstalled"]
 
 _SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
     "apt": ("repository", "packages"),
     "dnf": ("repository", "packages"),
     "helm": ("repository", "chart"),
     "image": ("image",),
-    "runfile": ("url",),
     "eks": (),
     "eks-ami": ("ami_type",),
     "preinstalled": (),
@@ -47,7 +46,6 @@ class Source(Strict):
     package_version: str | None = None
     chart: str | None = None
     image: str | None = None
-    url: str | None = None
     ami_type: str | None = None
 
     @model_validator(mode="after")
@@ -65,8 +63,6 @@ class Source(Strict):
             return f"{self.type} {', '.join(self.packages)} from {where}"
         if self.type == "image":
             return f"image {self.image}"
-        if self.type == "runfile":
-            return f"runfile {self.url}"
         if self.type == "eks-ami":
             return f"EKS AMI type {self.ami_type}"
         if self.type == "preinstalled":
@@ -95,7 +91,6 @@ class GpuOperator(Component):
 class DriverSources(Strict):
     distro: DriverBuild
     cuda_repo: DriverBuild
-    runfile: DriverBuild
     preinstalled: DriverBuild
 
 

@@ -16,7 +16,7 @@ SPECS = {
             "options": {
                 "nvidia_driver_source": {
                     "type": "str",
-                    "choices": ["distro", "cuda_repo", "runfile", "preinstalled"],
+                    "choices": ["distro", "cuda_repo", "preinstalled"],
                 },
                 "nvidia_driver_version": {"type": "str"},
                 "nvidia_driver_reboot": {"type": "bool"},
@@ -78,7 +78,7 @@ def test_misspelled_role_variable_gets_a_suggestion(tmp_path: Path, roles: Path)
 def test_unsupported_choice_lists_what_is_allowed(tmp_path: Path, roles: Path) -> None:
     assert problems(tmp_path, roles, {"nvidia_driver_source": "distr"}) == [
         "mysite/group_vars/gpu_nodes/driver.yml: nvidia_driver_source: 'distr' is not allowed; "
-        "did you mean 'distro'? (allowed: 'cuda_repo', 'distro', 'preinstalled' or 'runfile')"
+        "did you mean 'distro'? (allowed: 'cuda_repo', 'distro' or 'preinstalled')"
     ]
 
 

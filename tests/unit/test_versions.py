@@ -35,7 +35,6 @@ def test_every_required_component_is_pinned_with_its_source() -> None:
     for required in (
         "nvidia_driver.distro",
         "nvidia_driver.cuda_repo",
-        "nvidia_driver.runfile",
         "cuda",
         "nvidia_container_toolkit",
         "containerd",
@@ -76,8 +75,8 @@ def test_floating_or_malformed_versions_are_refused(value: str, fragment: str) -
 
 
 def test_bare_driver_branch_floats() -> None:
-    out = messages(broken(lambda d: d["nvidia_driver"]["runfile"].__setitem__("version", "595")))
-    assert any("nvidia_driver.runfile.version" in m and "bare major" in m for m in out), out
+    out = messages(broken(lambda d: d["nvidia_driver"]["cuda_repo"].__setitem__("version", "580")))
+    assert any("nvidia_driver.cuda_repo.version" in m and "bare major" in m for m in out), out
 
 
 def test_driver_older_than_cuda_minimum_is_refused() -> None:
