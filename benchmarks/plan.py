@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from gpuinfra import catalog, config, plan, stackrun
+from gpuinfra import catalog, config
 from gpuinfra.paths import repo_root
+from gpuinfra.review import plan, stackrun
 
 POOL_COUNTS = (1, 10, 25, 50)
 

@@ -1,1 +1,1 @@
-"""The gpuinfra policy pack: rules in ``validators``, the pulumi-policy wiring in ``__main__``."""
+"""The gpuinfra policy pack: rules in ``gpuinfra.review.policy``, the pulumi-policy wiring in ``pack``."""

@@ -1,4 +1,4 @@
-"""The pulumi-policy pack: ``pulumi preview --policy-pack policies``. Rules: ``validators``."""
+"""The pulumi-policy pack: ``pulumi preview --policy-pack policies``. Rules: ``gpuinfra.review.policy``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules of ``policies.validators`` wired into pulumi-policy's policy types.
+"""The rules of ``gpuinfra.review.policy`` wired into pulumi-policy's policy types.
 
 The limits of each environment (allowed instance types, node cap, monthly budget) come from the
 stack's own file, ``stacks/Pulumi.<stack>.yaml`` (``gpuinfra:policy``), read by the core.
@@ -20,8 +20,8 @@ from pulumi_policy import (
 )
 
 from gpuinfra.config import load_stack
-from gpuinfra.stackrun import Resource
-from policies.validators import RESOURCE_RULES, STACK_RULES, Limits, ResourceRule, StackRule
+from gpuinfra.review.policy import RESOURCE_RULES, STACK_RULES, Limits, ResourceRule, StackRule
+from gpuinfra.review.stackrun import Resource
 
 
 @cache

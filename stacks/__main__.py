@@ -1,7 +1,7 @@
 """The gpuinfra Pulumi program: read the stack's config, build the components, export outputs.
 
 ``pulumi up -s <env>`` runs this file as ``__main__`` with the stack file
-``stacks/Pulumi.<env>.yaml``; ``gpuinfra.stackrun`` calls ``main`` under Pulumi's mock runtime.
+``stacks/Pulumi.<env>.yaml``; ``gpuinfra.review.stackrun`` calls ``main`` under Pulumi's mock runtime.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """CLI commands of the review path: ``plan``, ``cost`` and ``diff``.
 
-Each command builds a document with the library (``gpuinfra.plan``, ``gpuinfra.cost``,
-``gpuinfra.diff``) and only chooses how to show it: a table for people, JSON for machines,
+Each command builds a document with the library (``gpuinfra.review.plan``, ``.cost``,
+``.diff``) and only chooses how to show it: a table for people, JSON for machines,
 markdown for a pull request comment.
 """
 
@@ -19,7 +19,7 @@ from gpuinfra.commands.console import emit, render_text
 from gpuinfra.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
-    from gpuinfra import diff as diff_mod
+    from gpuinfra.review import diff as diff_mod
 
 
 class ReviewFormat(StrEnum):
@@ -64,7 +64,7 @@ def cost_table(doc: dict[str, Any]) -> Table:
 
 
 def plan_tables(doc: dict[str, Any]) -> list[RenderableType]:
-    from gpuinfra import plan as plan_mod
+    from gpuinfra.review import plan as plan_mod
 
     tables: list[RenderableType] = []
     for title, columns, rows in plan_mod.summary_rows(doc):
@@ -80,7 +80,7 @@ def plan_tables(doc: dict[str, Any]) -> list[RenderableType]:
 
 
 def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
-    from gpuinfra import diff as diff_mod
+    from gpuinfra.review import diff as diff_mod
 
     tables: list[RenderableType] = []
     if report.versions.bumped:
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
     ) -> None:
         """The desired state of a stack or a site, offline: resources, releases, versions, cost."""
-        from gpuinfra import plan as plan_mod
+        from gpuinfra.review import plan as plan_mod
 
         if stack is not None and site is not None:
             raise UsageError("give exactly one of --stack ENV or --site DIR")
@@ -169,8 +169,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Monthly cost estimate of a stack by line, from the dated price tables."""
         from gpuinfra import config
-        from gpuinfra import cost as cost_mod
-        from gpuinfra import plan as plan_mod
+        from gpuinfra.review import cost as cost_mod
+        from gpuinfra.review import plan as plan_mod
 
         doc = cost_mod.estimate(config.load_stack(stack)).document()
         if fmt is ReviewFormat.json:
@@ -194,8 +194,8 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
     ) -> None:
         """What the working tree changes against --base: resources, versions, values, alerts, cost."""
-        from gpuinfra import diff as diff_mod
-        from gpuinfra import plan as plan_mod
+        from gpuinfra.review import diff as diff_mod
+        from gpuinfra.review import plan as plan_mod
 
         if sum((stack is not None, site is not None, all_targets)) > 1:
             raise UsageError("give one of --stack ENV, --site NAME or --all")

@@ -10,7 +10,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from policies import pack, validators
+from gpuinfra.review import policy
+from policies import pack
 
 URN = "urn:pulumi:dev::gpuinfra::aws:eks/nodeGroup:NodeGroup::gpu"
 OPTS = PolicyResourceOptions(
@@ -32,7 +33,7 @@ def node_group(instance_type: str, max_size: int) -> dict[str, object]:
 
 def test_every_rule_is_a_mandatory_policy() -> None:
     names = [p.name for p in pack.policies()]
-    assert names == [*validators.RESOURCE_RULES, *validators.STACK_RULES]
+    assert names == [*policy.RESOURCE_RULES, *policy.STACK_RULES]
     levels = {p.enforcement_level for p in pack.policies()}
     assert {level.value for level in levels if level is not None} == {"mandatory"}
     assert None not in levels
@@ -40,9 +41,9 @@ def test_every_rule_is_a_mandatory_policy() -> None:
 
 def test_resource_policy_reports_against_the_stack_files_limits() -> None:
     reports: list[tuple[str, str | None]] = []
-    check = pack.resource_check(validators.allowed_instance_types)
+    check = pack.resource_check(policy.allowed_instance_types)
     args = ResourceValidationArgs(
-        resource_type=validators.NODE_GROUP,
+        resource_type=policy.NODE_GROUP,
         props=node_group("p5.48xlarge", 1),
         urn=URN,
         name="gpu",
@@ -62,7 +63,7 @@ def test_resource_policy_reports_against_the_stack_files_limits() -> None:
 def test_stack_policy_adds_up_the_node_groups() -> None:
     resources = [
         PolicyResource(
-            resource_type=validators.NODE_GROUP,
+            resource_type=policy.NODE_GROUP,
             props=node_group("g6.xlarge", 3),
             urn=f"{URN}{i}",
             name=f"gpu{i}",
@@ -79,5 +80,5 @@ def test_stack_policy_adds_up_the_node_groups() -> None:
     def report(message: str, urn: str | None = None) -> None:
         reports.append(message)
 
-    pack.stack_check(validators.node_cap)(StackValidationArgs(resources=resources), report)
+    pack.stack_check(policy.node_cap)(StackValidationArgs(resources=resources), report)
     assert reports == ["GPU node groups may grow to 6 nodes; dev allows 4"]

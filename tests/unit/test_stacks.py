@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuinfra import catalog, stackrun, versions
+from gpuinfra import catalog, versions
 from gpuinfra.config import REQUIRED_TAGS, load_stack
 from gpuinfra.errors import ConfigError
-from gpuinfra.stackrun import StackRun, run_stack
-from policies.validators import Limits, evaluate, taggable
+from gpuinfra.review import stackrun
+from gpuinfra.review.policy import Limits, evaluate, taggable
+from gpuinfra.review.stackrun import StackRun, run_stack
 from tests.conftest import ROOT, run_cli
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

@@ -1,4 +1,4 @@
-"""Component tests run each component under Pulumi's mock runtime via gpuinfra.stackrun."""
+"""Component tests run each component under Pulumi's mock runtime via gpuinfra.review.stackrun."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from gpuinfra.errors import ConfigError
-from gpuinfra.stackrun import StackRun, run_program
+from gpuinfra.review.stackrun import StackRun, run_program
 
 TAGS = {"team": "ml-platform", "project": "gpuinfra", "cost-center": "cc-1042"}
 

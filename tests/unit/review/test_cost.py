@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpuinfra import catalog, cost
+from gpuinfra import catalog
 from gpuinfra.config import StackConfig, parse_stack
+from gpuinfra.review import cost
 
 
 def stack(**overrides: Any) -> StackConfig:

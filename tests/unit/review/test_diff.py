@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from gpuinfra import catalog, cost, diff
+from gpuinfra import catalog
 from gpuinfra.config import load_stack
+from gpuinfra.review import cost, diff
 from tests.conftest import ROOT, Result, run_cli
 from tests.unit.review.conftest import git
 
@@ -179,9 +180,9 @@ def test_base_from_before_the_review_path_shows_everything_added(
 ) -> None:
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
-    git(repo, "rm", "--quiet", "gpuinfra/plan.py")
+    git(repo, "rm", "--quiet", "gpuinfra/review/plan.py")
     git(repo, "commit", "--quiet", "--message", "Before gpuinfra plan")
-    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/plan.py")
+    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/plan.py")
     git(repo, "commit", "--quiet", "--message", "Add gpuinfra plan")
     result = run_cli(
         "diff", "--base", "HEAD~1", "--stack", "dev", "--format", "json", root=repo, cwd=repo

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpuinfra import diff
+from gpuinfra.review import diff
 
 
 def plan(**extra: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import diff
+from gpuinfra.review import diff
 from tests.conftest import ROOT, Result, run_cli
 from tests.unit.review.conftest import GOLDEN
 
@@ -172,9 +172,9 @@ def test_cost_command_reports_lines_dates_and_lacking_prices() -> None:
 
 
 def test_markdown_and_table_show_releases_policy_and_cost() -> None:
-    from gpuinfra import plan as plan_mod
     from gpuinfra.commands import review
     from gpuinfra.commands.console import render_text
+    from gpuinfra.review import plan as plan_mod
 
     document = json.loads((GOLDEN / "plan-stack-prod.json").read_text())
     text = plan_mod.render_markdown(document)
@@ -189,7 +189,7 @@ def test_markdown_and_table_show_releases_policy_and_cost() -> None:
 
 
 def test_redactor_hides_stand_ins_whole_and_inside_documents(tmp_path: Path) -> None:
-    from gpuinfra import plan as plan_mod
+    from gpuinfra.review import plan as plan_mod
 
     redact = plan_mod.Redactor(tmp_path, {"vpc-main-id", "arn:aws:s3:::models-bucket"})
     policy = '{"Resource": ["arn:aws:s3:::models-bucket", "arn:aws:s3:::models-bucket/*"]}'

@@ -1,9 +1,9 @@
 """Plan documents: the desired state of a stack or a site, computed offline.
 
-A stack plan runs the stack's Pulumi program under the mock runtime (``gpuinfra.stackrun``) with
+A stack plan runs the stack's Pulumi program under the mock runtime (``gpuinfra.review.stackrun``) with
 the stack's real config; a site plan reads the inventory with the roles' typed variables. Both
 are plain JSON-able documents with a stable order, no timestamps and no absolute paths, so the
-same commit always gives byte-identical JSON and ``gpuinfra.diff`` can compare two of them.
+same commit always gives byte-identical JSON and ``gpuinfra.review.diff`` can compare two of them.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from typing import Any
 
 from pulumi.runtime import MockResourceArgs
 
-from gpuinfra import addons, diff, stackrun
+from gpuinfra import addons
 from gpuinfra import config as config_mod
-from gpuinfra import cost as cost_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonRender
 from gpuinfra.loading import load_yaml
 from gpuinfra.paths import repo_root
+from gpuinfra.review import cost as cost_mod
+from gpuinfra.review import policy as policy_mod
+from gpuinfra.review import stackrun
+from gpuinfra.review.documents import flatten
 
 PLAN_FORMAT = 1
 COMPUTED = stackrun.COMPUTED
@@ -152,8 +155,8 @@ def stand_ins(run: stackrun.StackRun, region: str) -> set[str]:
         )
         if resource_id:
             made_up.add(resource_id)
-        given = diff.flatten(resource.inputs)
-        for path, value in diff.flatten(state).items():
+        given = flatten(resource.inputs)
+        for path, value in flatten(state).items():
             if isinstance(value, str) and path not in given and value != resource.name:
                 made_up.add(value)
     return made_up
@@ -222,10 +225,8 @@ def stack_plan(
 
 def _policy(cfg: config_mod.StackConfig, run: stackrun.StackRun) -> dict[str, Any]:
     """The policy pack's verdicts: the same validator functions ``pulumi preview`` runs."""
-    from policies import validators
-
-    verdicts = validators.evaluate(run.resources, validators.Limits.of(cfg))
-    described = {**validators.RESOURCE_RULES, **validators.STACK_RULES}
+    verdicts = policy_mod.evaluate(run.resources, policy_mod.Limits.of(cfg))
+    described = {**policy_mod.RESOURCE_RULES, **policy_mod.STACK_RULES}
     rules: list[dict[str, Any]] = [
         {
             "policy": name,
@@ -465,7 +466,7 @@ def _brief_properties(properties: Mapping[str, Any], limit: int = 120) -> str:
     """The known, non-tag properties as ``key=value``, cut at ``limit`` characters."""
     shown = [
         f"{path}={_brief(value, 40)}"
-        for path, value in diff.flatten(properties).items()
+        for path, value in flatten(properties).items()
         if value != COMPUTED and not path.startswith(("tags", "tagsAll"))
     ]
     return _brief(", ".join(shown), limit)

@@ -1,7 +1,7 @@
 """The policy pack's rules as plain functions, over resources as the engine describes them.
 
 Properties are the engine's (camelCase) names, which both ``pulumi preview`` and the offline run
-in ``gpuinfra.stackrun`` produce. A resource rule takes ``(resource, limits)``, a stack rule
+in ``gpuinfra.review.stackrun`` produce. A resource rule takes ``(resource, limits)``, a stack rule
 ``(resources, limits)``; each returns one message per violation, naming the resource. The pack
 (``policies/__main__.py``) and the offline plan call the same functions.
 """
@@ -35,7 +35,7 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
 class Resource(Protocol):
-    """What a rule reads of a resource (gpuinfra.stackrun.Resource has these)."""
+    """What a rule reads of a resource (gpuinfra.review.stackrun.Resource has these)."""
 
     @property
     def type_(self) -> str: ...

@@ -3,7 +3,7 @@
 The base revision is checked out in a temporary ``git worktree`` and planned by its own code
 (``python -m gpuinfra plan`` with ``GPUINFRA_ROOT`` and ``PYTHONPATH`` inside the worktree), so
 a change to the code itself shows up as a change in the plan. The comparison works on plan
-documents (see ``gpuinfra.plan``) and knows nothing of how they were made.
+documents (see ``gpuinfra.review.plan``) and knows nothing of how they were made.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
 from gpuinfra.errors import ConfigError, ToolError, UsageError
 from gpuinfra.paths import repo_root
+from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
 
 MISSING = "<absent>"
@@ -161,25 +162,6 @@ class Report:
 
 
 # --- comparing plan documents ----------------------------------------------------------------
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaves of a nested document by path: ``{"a": {"b": [1]}}`` -> ``{"a.b[0]": 1}``."""
-    if isinstance(value, Mapping):
-        if not value and prefix:
-            return {prefix: {}}
-        out: dict[str, Any] = {}
-        for key in sorted(value, key=str):
-            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list):
-        if not value:
-            return {prefix: []}
-        out = {}
-        for index, item in enumerate(value):
-            out.update(flatten(item, f"{prefix}[{index}]"))
-        return out
-    return {prefix: value}
 
 
 def changes(old: Any, new: Any) -> tuple[Change, ...]:
@@ -522,8 +504,11 @@ def diff(
             chosen = [only]
         else:
             chosen = targets(root, base_root)
-        # A base from before the review path cannot plan: everything shows as added.
-        plannable = (base_root / "gpuinfra" / "plan.py").exists()
+        # A base from before the review path cannot plan: everything shows as added. Until the
+        # review wing had a package of its own, the plan lived in gpuinfra/plan.py.
+        plannable = any(
+            (base_root / "gpuinfra" / where).exists() for where in ("review/plan.py", "plan.py")
+        )
         notes = () if plannable else (f"{base} predates `gpuinfra plan`: every target is new.",)
 
         def plan_job(job: tuple[Path, Target]) -> PlanResult:

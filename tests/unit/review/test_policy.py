@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from policies import validators as v
+from gpuinfra.review import policy as v
 
 DEV = v.Limits("dev", ("g6.xlarge",), max_nodes=4, monthly_budget_usd=1500)
 PROD = v.Limits("prod", ("p5.48xlarge", "p5e.48xlarge"), max_nodes=4, monthly_budget_usd=100_000)
