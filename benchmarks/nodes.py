@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuinfra import aptrepo, lab, runner, versions
+from gpuinfra import lab, versions
+from gpuinfra.lab import aptrepo, runner
 from gpuinfra.paths import repo_root
 
 ROOT = repo_root()

@@ -19,7 +19,7 @@ from gpuinfra.commands.console import out
 from gpuinfra.errors import CheckFailed
 
 if TYPE_CHECKING:
-    from gpuinfra import runner
+    from gpuinfra.lab import runner
 
 lab_app = typer.Typer(help="Local Debian 12 lab hosts (podman containers booting systemd).")
 
@@ -155,8 +155,8 @@ def converge(
     ] = None,
 ) -> None:
     """Run a playbook on a site with a live view; end with the recap and node check tables."""
-    from gpuinfra import runner
     from gpuinfra import site as site_mod
+    from gpuinfra.lab import runner
 
     site_dir = site or lab_mod.Settings.from_env().inventory_dir
     # A bad inventory value stops here, before any host is touched.

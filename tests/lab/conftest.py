@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from gpuinfra import aptrepo, lab, runner
+from gpuinfra import lab
+from gpuinfra.lab import aptrepo, runner
 
 PREFIX = os.environ.get("GPUINFRA_TEST_LAB_PREFIX", "gpuinfratest")
 PORT_BASE = int(os.environ.get("GPUINFRA_TEST_LAB_PORT_BASE", "2400"))

@@ -14,7 +14,8 @@ import pytest
 import testinfra
 import yaml
 
-from gpuinfra import runner, versions
+from gpuinfra import versions
+from gpuinfra.lab import runner
 
 from .conftest import CONVERGED
 

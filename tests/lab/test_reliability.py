@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra import lab, runner, versions
+from gpuinfra import lab, versions
+from gpuinfra.lab import runner
 
 from .conftest import CONVERGED, FRESH, host_connection
 

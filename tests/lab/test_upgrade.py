@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import lab, runner, versions
+from gpuinfra import lab, versions
+from gpuinfra.lab import runner
 
 from .conftest import CONVERGED, host_connection
 

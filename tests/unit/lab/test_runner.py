@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import runner
 from gpuinfra.errors import UsageError
+from gpuinfra.lab import runner
 
 # A stand-in with the real module's name and return shape, so the bridge's lookup is exercised.
 CHECK_MODULE = """#!/usr/bin/python

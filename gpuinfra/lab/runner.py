@@ -19,8 +19,8 @@ from typing import Any
 
 import ansible_runner
 
-from gpuinfra import aptprogress
 from gpuinfra.errors import UsageError
+from gpuinfra.lab import aptprogress
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import did_you_mean
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuinfra import aptprogress, runner
+from gpuinfra.lab import aptprogress, runner
 
 WAITING = (
     " <- http:102%20Status%0aMessage:%20Waiting%20for%20headers%0aURI:%20"

@@ -323,7 +323,7 @@ def _wait_for(ready: Callable[[], bool], seconds: float, what: str) -> None:
 
 def _start_repo_server(settings: Settings) -> str:
     """Build the stand-in toolkit repository and serve it from a detached process."""
-    from gpuinfra import aptrepo
+    from gpuinfra.lab import aptrepo
 
     state = _load_state(settings)
     pid = state.get("repo_pid")

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from gpuinfra import aptrepo, lab
+from gpuinfra import lab
 from gpuinfra.errors import ToolError
+from gpuinfra.lab import aptrepo
 
 
 class _AnyUrl(BaseHTTPRequestHandler):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import aptrepo, versions
+from gpuinfra import versions
+from gpuinfra.lab import aptrepo
 
 TOOLKIT = versions.pinned().nvidia_container_toolkit
 
