@@ -149,8 +149,8 @@ def test_markdown_shows_cost_delta_alerts_and_warnings() -> None:
 
 
 def test_table_lists_each_changed_property() -> None:
-    from gpuinfra.commands import review
-    from gpuinfra.commands.console import render_text
+    from gpuinfra.cli import review
+    from gpuinfra.cli.console import render_text
 
     head = plan()
     head["resources"][0]["properties"]["scalingConfig"]["desiredSize"] = 3

@@ -172,8 +172,8 @@ def test_cost_command_reports_lines_dates_and_lacking_prices() -> None:
 
 
 def test_markdown_and_table_show_releases_policy_and_cost() -> None:
-    from gpuinfra.commands import review
-    from gpuinfra.commands.console import render_text
+    from gpuinfra.cli import review
+    from gpuinfra.cli.console import render_text
     from gpuinfra.review import plan as plan_mod
 
     document = json.loads((GOLDEN / "plan-stack-prod.json").read_text())

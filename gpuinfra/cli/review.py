@@ -15,7 +15,7 @@ import typer
 from rich.console import RenderableType
 from rich.table import Table
 
-from gpuinfra.commands.console import emit, render_text
+from gpuinfra.cli.console import emit, render_text
 from gpuinfra.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:

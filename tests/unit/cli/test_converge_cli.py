@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .lab.test_runner import CHECK_MODULE, PLAYBOOK
+from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
 def test_converge_reports_progress_tables_and_the_failed_host(tmp_path: Path, cli: Any) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "gpuinfra"
-CONSOLE = PACKAGE / "commands" / "console.py"
+CONSOLE = PACKAGE / "cli" / "console.py"
 
 
 def _writers(path: Path) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuinfra.commands.console import say
+from gpuinfra.cli.console import say
 
 schemas_app = typer.Typer(
     help="The chart values trees, CRD schemas and DCGM counter lists in gpuinfra/data.",

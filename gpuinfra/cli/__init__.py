@@ -1,7 +1,9 @@
-"""The ``gpuinfra`` command. The only module that prints or exits.
+"""The ``gpuinfra`` command: the only package that prints or exits.
 
 Library code raises ``GpuinfraError`` subclasses; ``main`` turns them into their lines on stderr
-and their exit code, once, here. A user mistake never shows a traceback.
+and their exit code, once, here. A user mistake never shows a traceback. The command groups
+(``addons``, ``lab``, ``review``, ``schemas``) each expose ``register(app)``; every line they
+write goes through ``console``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpuinfra.commands.console import err, out
+from gpuinfra.cli.console import err, out
 from gpuinfra.errors import EXIT_INTERNAL, CheckFailed, ConfigError, GpuinfraError, UsageError
 
 if TYPE_CHECKING:
@@ -111,7 +113,7 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.commands import addons, lab, review, schemas
+    from gpuinfra.cli import addons, lab, review, schemas
 
     for module in (lab, addons, review, schemas):
         module.register(app)
@@ -141,7 +143,3 @@ def main(argv: list[str] | None = None) -> None:
 
 
 __all__ = ["ConfigError", "app", "main"]
-
-
-if __name__ == "__main__":
-    main()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuinfra.commands.console import say
+from gpuinfra.cli.console import say
 from gpuinfra.errors import UsageError
 
 addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")

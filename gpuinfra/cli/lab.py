@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra import lab as lab_mod
-from gpuinfra.commands.console import out
+from gpuinfra.cli.console import out
 from gpuinfra.errors import CheckFailed
 
 if TYPE_CHECKING:
