@@ -15,6 +15,7 @@ EXIT_CHECK_FAILED = 1  # a check or a run found something wrong: versions rules,
 EXIT_USAGE = 2  # the user's input: a file they edit, an argument, the directory they stand in
 EXIT_ENVIRONMENT = 3  # this machine lacks what the command needs: a tool, a service, an answer
 EXIT_INTERNAL = 70  # a defect in gpuinfra itself (sysexits' EX_SOFTWARE): the traceback is shown
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,9 @@ class ToolError(GpuinfraError):
     """An external tool or service the command needs failed or is missing (podman, git, a mirror)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class Interrupted(GpuinfraError):
+    """The user stopped a run (Ctrl-C, SIGTERM) and it was stopped, with what it had started."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -9,17 +9,20 @@ wait (roles/node_packages) carries apt's progress, which becomes the host's ``pr
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ansible_runner
 
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import Interrupted, UsageError
 from gpuinfra.lab import aptprogress
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import did_you_mean
@@ -204,6 +207,55 @@ def find_playbook(name: str | Path, root: Path | None = None) -> Path:
     )
 
 
+@contextlib.contextmanager
+def _stoppable() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C or SIGTERM during a run ends ansible-playbook and every process it started.
+
+    The returned callable is ansible-runner's cancel callback, polled at least every 5 s.
+    ansible-runner would only kill ansible-playbook's process group, but Ansible's workers run
+    in sessions of their own: orphaned, a worker goes on with its task (an async package run
+    polls for half an hour). So the whole tree below this process goes, while it is still a tree.
+    """
+    asked: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def ask(signum: int, frame: object) -> None:
+        asked.append(signum)
+
+    def cancel() -> bool:
+        if asked:
+            for pid in descendants(os.getpid()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        return bool(asked)
+
+    previous = {sig: signal.signal(sig, ask) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield cancel
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # The command name may hold spaces and parentheses: the fields follow the last ')'.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def converge(
     playbook: Path,
     inventory: Path,
@@ -237,8 +289,15 @@ def converge(
     }
     # ansible-runner writes envvars into the private data dir and reads them back on the next
     # run, so each run gets a fresh one; the artifacts (events, stdout) are kept in .lab/.
-    with tempfile.TemporaryDirectory(prefix="gpuinfra-runner-") as private:
-        runner = _run(private, root, playbook, inventory, limit, tags, extravars, envvars, handle)
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-runner-") as private, _stoppable() as stop:
+        runner = _run(
+            private, root, playbook, inventory, limit, tags, extravars, envvars, handle, stop
+        )
+    if stop():
+        raise Interrupted(
+            f"interrupted: {playbook.name} stopped with every process it started; a host may be "
+            "half-way through a task, and the next converge finishes it"
+        )
     recap = recap_from_stats(runner.stats or {}) if runner.stats else progress.recap
     return RunResult(
         status=str(runner.status),
@@ -260,6 +319,7 @@ def _run(
     extravars: dict[str, Any] | None,
     envvars: dict[str, str],
     handle: Callable[[Event], bool],
+    stop: Callable[[], bool],
 ) -> Any:
     return ansible_runner.run(
         private_data_dir=private,
@@ -274,6 +334,7 @@ def _run(
         extravars=extravars or {},
         envvars=envvars,
         event_handler=handle,
+        cancel_callback=stop,
         quiet=True,
         rotate_artifacts=50,
         settings={"suppress_ansible_output": True},

@@ -88,23 +88,6 @@ def _dpkg_unpacks_driver(container_id: str) -> bool:
     return False
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            # The command name may hold spaces and parentheses: fields follow the last ')'.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found: list[int] = []
-    queue = [pid]
-    while queue:
-        for child in children.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
 def test_install_killed_midway_converges_on_next_run(
     lab_settings: lab.Settings, inventory: Path, repo_root: Path
 ) -> None:
@@ -127,7 +110,7 @@ def test_install_killed_midway_converges_on_next_run(
         # The run we started and everything under it: ansible-runner starts ansible-playbook in
         # a session of its own (a pty), which a kill of our process group would not reach.
         if proc.poll() is None:
-            for pid in [proc.pid, *_descendants(proc.pid)]:
+            for pid in [proc.pid, *runner.descendants(proc.pid)]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         proc.wait()

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import ROOT
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
@@ -34,3 +41,62 @@ def test_converge_reports_progress_tables_and_the_failed_host(tmp_path: Path, cl
     document = json.loads(report.read_text())
     assert document["recap"]["beta"]["failures"] == 1
     assert document["reports"]["alpha"]["summary"] == "no GPU present"
+
+
+SLOW_PLAYBOOK = """
+- name: A long task
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Wait a long time
+      ansible.builtin.command: sleep {marker}
+      changed_when: false
+"""
+
+
+def _running(marker: str) -> list[int]:
+    """PIDs of processes whose command line holds ``marker``, read from /proc."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path) -> None:
+    """ansible-playbook runs in a session of its own: the interrupt must be passed on to it."""
+    marker = "987.654"  # a sleep nobody else runs, to find the task's process by
+    (tmp_path / "play.yml").write_text(SLOW_PLAYBOOK.format(marker=marker))
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
+        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuinfra", "converge", "--site", str(tmp_path),
+         "--playbook", str(tmp_path / "play.yml")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _running(f"sleep {marker}"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 130, stderr
+        assert stderr.strip() == (
+            "error: interrupted: play.yml stopped with every process it started; a host may be "
+            "half-way through a task, and the next converge finishes it"
+        )
+        # Ansible's workers run in sessions of their own: none may go on with the play.
+        time.sleep(1)
+        assert _running(str(tmp_path / "play.yml")) == [], "ansible-playbook outlived Ctrl-C"
+        assert _running(f"sleep {marker}") == [], "the task kept running after Ctrl-C"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _running(f"sleep {marker}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
