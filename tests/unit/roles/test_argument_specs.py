@@ -7,6 +7,7 @@ named ``gpuinfra_*`` are shared by several roles and set by the play, so they ha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,34 @@ def test_literal_defaults_have_the_specified_type_and_choice(role: Path) -> None
         if choices:
             values: list[Any] = value if isinstance(value, list) else [value]
             assert set(values) <= set(choices), f"{name}: {value!r} not in {choices}"
+
+
+def _role_imports(node: Any) -> Iterator[dict[str, Any]]:
+    """Every import_role and include_role in a play or task list, blocks and handlers included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _role_imports(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key.removeprefix("ansible.builtin.") in ("import_role", "include_role"):
+                if isinstance(value, dict):
+                    yield value
+            else:
+                yield from _role_imports(value)
+
+
+def test_every_entry_point_a_playbook_or_role_uses_is_declared() -> None:
+    files = sorted(ROLES.parent.glob("playbooks/*.yml")) + sorted(ROLES.glob("*/tasks/*.yml"))
+    used = {
+        (str(imported["name"]), str(imported.get("tasks_from", "main")).removesuffix(".yml"))
+        for file in files
+        for imported in _role_imports(load(file))
+    }
+    assert ("nvidia_driver", "finish") in used
+    missing = sorted(
+        f"{role}:{entry}"
+        for role, entry in used
+        if (ROLES / role / "meta" / "argument_specs.yml").exists()
+        and entry not in (load(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"])
+    )
+    assert not missing, f"entry points without an argument spec: {missing}"
