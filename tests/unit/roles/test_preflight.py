@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from .conftest import run_playbook_here
+from .conftest import ROOT, run_playbook_here
 
 
 def preflight(
@@ -53,3 +54,35 @@ def test_node_check_with_a_source_that_has_no_pin_says_what_to_set(tmp_path: Pat
     assert 'gpu_node_check_driver_source "foo" has no pinned driver' in output
     assert "one of distro, cuda_repo, preinstalled" in output
     assert "Traceback" not in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_unpinned_toolkit_version_says_to_bump_versions_yaml(tmp_path: Path) -> None:
+    # The toolkit role alone: on this machine the driver's probe stops nodes.yml first.
+    playbook = tmp_path / "toolkit.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "become": True,
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(ROOT / "versions.yaml"),
+                                "name": "gpuinfra_versions",
+                            },
+                            "tags": ["always"],
+                        }
+                    ],
+                    "roles": ["nvidia_container_toolkit"],
+                }
+            ]
+        )
+    )
+    result = preflight(tmp_path, "nvidia_container_toolkit_version=1.99.0", playbook=str(playbook))
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_container_toolkit 1.99.0 is not the pin (1.20.0," in output
+    assert "bump nvidia_container_toolkit in versions.yaml" in output
