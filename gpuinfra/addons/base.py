@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gpuinfra.versions import Component
@@ -96,6 +96,15 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+def enabled_field(action: str, *, default: bool, left: str = "an installed release") -> Any:
+    """The ``enabled`` switch every add-on has, described the same way for each."""
+    return Field(
+        default=default,
+        description=f"{action}. When false nothing is applied (the Ansible role leaves {left} "
+        "alone).",
     )
 
 

@@ -21,6 +21,7 @@ from gpuinfra.addons.base import (
     AddonSettings,
     Chart,
     Name,
+    enabled_field,
 )
 from gpuinfra.versions import Versions
 
@@ -46,11 +47,7 @@ _MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 
 
 class GpuOperatorSettings(AddonSettings):
-    enabled: bool = Field(
-        default=True,
-        description="Install the GPU Operator. When false nothing is applied (the Ansible role "
-        "leaves an installed release alone).",
-    )
+    enabled: bool = enabled_field("Install the GPU Operator", default=True)
     namespace: Name = Field(
         default="gpu-operator", description="Namespace of the GPU Operator release."
     )

@@ -19,6 +19,7 @@ from gpuinfra.addons.base import (
     Name,
     Quantity,
     Settings,
+    enabled_field,
     metadata,
 )
 from gpuinfra.versions import Versions
@@ -54,11 +55,7 @@ def _default_priorities() -> list[PriorityClass]:
 
 
 class KueueSettings(AddonSettings):
-    enabled: bool = Field(
-        default=True,
-        description="Install Kueue. When false nothing is applied (the Ansible role leaves an "
-        "installed release alone).",
-    )
+    enabled: bool = enabled_field("Install Kueue", default=True)
     namespace: Name = Field(default="kueue-system", description="Namespace of the Kueue release.")
     cluster_queue: Name = Field(
         default="gpu", description="Name of the ClusterQueue (and of each team's LocalQueue)."

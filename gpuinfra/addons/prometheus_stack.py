@@ -21,6 +21,7 @@ from gpuinfra.addons.base import (
     Chart,
     Name,
     Quantity,
+    enabled_field,
     metadata,
 )
 from gpuinfra.versions import Versions
@@ -33,11 +34,7 @@ _SECRETS_DIR = "/etc/alertmanager/secrets"
 
 
 class PrometheusStackSettings(AddonSettings):
-    enabled: bool = Field(
-        default=True,
-        description="Install the Prometheus stack. When false nothing is applied (the Ansible "
-        "role leaves an installed release alone).",
-    )
+    enabled: bool = enabled_field("Install the Prometheus stack", default=True)
     namespace: Name = Field(default="monitoring", description="Namespace of the release.")
     retention: str = Field(
         default="15d",

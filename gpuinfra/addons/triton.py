@@ -21,6 +21,7 @@ from gpuinfra.addons.base import (
     Name,
     Quantity,
     Settings,
+    enabled_field,
     metadata,
 )
 from gpuinfra.errors import UsageError
@@ -107,11 +108,7 @@ class ModelRepository(Settings):
 
 class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
-    enabled: bool = Field(
-        default=False,
-        description="Deploy Triton. When false nothing is applied (the Ansible role leaves "
-        "deployed objects alone).",
-    )
+    enabled: bool = enabled_field("Deploy Triton", default=False, left="deployed objects")
     namespace: Name = Field(default="triton", description="Namespace Triton runs in.")
     model_repository: ModelRepository | None = Field(
         default=None,

@@ -15,6 +15,7 @@ from gpuinfra.addons.base import (
     Chart,
     Name,
     Settings,
+    enabled_field,
     metadata,
 )
 from gpuinfra.versions import Versions
@@ -46,11 +47,7 @@ class VolcanoQueue(Settings):
 
 
 class VolcanoSettings(AddonSettings):
-    enabled: bool = Field(
-        default=False,
-        description="Install Volcano. When false nothing is applied (the Ansible role leaves an "
-        "installed release alone).",
-    )
+    enabled: bool = enabled_field("Install Volcano", default=False)
     namespace: Name = Field(
         default="volcano-system", description="Namespace of the Volcano release."
     )
