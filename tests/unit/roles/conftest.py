@@ -18,15 +18,20 @@ MODULE_UTILS = ROLES / "gpu_node_check" / "module_utils" / "nvidia_node_check.py
 H200 = ROOT / "tests" / "fixtures" / "nvidia-h200"
 
 
-@pytest.fixture(scope="session")
-def nnc() -> ModuleType:
-    """roles/gpu_node_check/module_utils/nvidia_node_check.py as a plain module."""
-    spec = importlib.util.spec_from_file_location("nvidia_node_check", MODULE_UTILS)
+def load_module(name: str, path: Path) -> ModuleType:
+    """A Python file that a role ships (module_utils, files/) as a plain module."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def nnc() -> ModuleType:
+    """roles/gpu_node_check/module_utils/nvidia_node_check.py as a plain module."""
+    return load_module("nvidia_node_check", MODULE_UTILS)
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,11 @@ accepts and never answers, directly and as the http proxy.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 
-from .conftest import ROLES, ROOT
+from .conftest import ROLES, ROOT, load_module
 
 SCRIPT = ROLES / "node_packages" / "files" / "fetch_report.py"
 LOGS = ROOT / "tests" / "fixtures" / "node_packages"
@@ -24,12 +22,7 @@ ADVICE = "check the mirror or proxy, then converge again"
 
 @pytest.fixture(scope="module")
 def report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fetch_report", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module("fetch_report", SCRIPT)
 
 
 def lines(name: str) -> list[str]:
