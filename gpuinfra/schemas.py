@@ -50,15 +50,12 @@ FREE_MAPS: dict[str, frozenset[str]] = {
 }
 
 
-def chart_values(chart: str, version: str) -> dict[str, Any]:
-    """The values tree of one chart version, as ``values_problems`` takes it."""
-    return chartdata.load_values(chart, version)
-
-
 def pinned_chart_values(v: Versions | None = None) -> dict[str, dict[str, Any]]:
     """Chart name -> values tree, for every chart versions.yaml pins."""
     v = v or pinned()
-    return {chart: chart_values(chart, ver) for _, chart, ver, _ in chartdata.pinned_charts(v)}
+    return {
+        chart: chartdata.load_values(chart, ver) for _, chart, ver, _ in chartdata.pinned_charts(v)
+    }
 
 
 def values_problems(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import Field
 
-from gpuinfra import addons, schemas
+from gpuinfra import addons, chartdata
 from gpuinfra.addons import rolefiles
 from gpuinfra.site import check_vars, role_specs
 
@@ -175,7 +175,7 @@ def test_gpu_operator_upgrades_its_crds_with_the_chart() -> None:
     """Helm never upgrades crds/; the GPU Operator's pre-upgrade hook must stay on."""
     render = addons.render("gpu_operator")
     assert render.chart is not None
-    chart_defaults = schemas.chart_values(render.chart.name, render.chart.version)
+    chart_defaults = chartdata.load_values(render.chart.name, render.chart.version)
     assert _effective(render.values, chart_defaults, "operator.upgradeCRD") is True
 
 
