@@ -14,10 +14,10 @@ import pytest
 import testinfra
 import yaml
 
-from gpuinfra import versions
+from gpuinfra import lab, versions
 from gpuinfra.lab import runner
 
-from .conftest import CONVERGED
+from .conftest import CONVERGED, host_connection
 
 pytestmark = pytest.mark.lab
 
@@ -114,3 +114,48 @@ def test_driver_toolkit_and_containerd_come_in_one_apt_transaction(
         assert installs(ours[0], package), package
     # apt-get itself, not the apt module: no python3-apt was installed to drive it.
     assert not any(installs(run, "python3-apt") for run in runs)
+
+
+PREF = "/etc/apt/preferences.d/gpuinfra-nvidia-driver.pref"
+UNATTENDED = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-unattended-upgrades"
+NOUVEAU = "/etc/modprobe.d/gpuinfra-blacklist-nouveau.conf"
+DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+
+
+def test_drift_on_a_converged_host_is_put_back_and_a_changed_input_is_written(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+) -> None:
+    """Runs last in this module: it changes the host, then converges it back."""
+    assert second_converge.ok, second_converge.failures
+    name = CONVERGED[0]
+    host = host_connection(lab_settings, name)
+    pref, dropin = host.file(PREF).content_string, host.file(DROPIN).content_string
+    host.run_expect(
+        [0],
+        f"echo '# local edit' >> {PREF} && chmod 600 {NOUVEAU} && rm {DROPIN}"
+        " && systemctl stop containerd && apt-mark unhold nvidia-smi",
+    )
+
+    repaired = runner.converge(nodes_playbook, inventory, limit=name)
+    assert repaired.ok, repaired.failures
+    assert repaired.changed()[name] > 0
+    assert host.file(PREF).content_string == pref
+    assert host.file(NOUVEAU).mode == 0o644
+    assert host.file(DROPIN).content_string == dropin
+    assert host.service("containerd").is_running
+    assert "nvidia-smi" in host.check_output("apt-mark showhold").split()
+
+    # An input that only a template reads: the stamp's fingerprint changes, the file is written.
+    extra = {"nvidia_driver_unattended_blacklist": ["nvidia-", "gpuinfra-test-"]}
+    changed = runner.converge(nodes_playbook, inventory, limit=name, extravars=extra)
+    assert changed.ok, changed.failures
+    assert '"gpuinfra-test-";' in host.file(UNATTENDED).content_string
+
+    back = runner.converge(nodes_playbook, inventory, limit=name)
+    assert back.ok, back.failures
+    assert '"gpuinfra-test-";' not in host.file(UNATTENDED).content_string
+    again = runner.converge(nodes_playbook, inventory, limit=name)
+    assert again.changed() == {name: 0}

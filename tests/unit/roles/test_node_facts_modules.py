@@ -1,0 +1,193 @@
+"""The node roles' facts modules, run by Ansible on this machine as a play would run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+NODE_ROLES = ("nvidia_driver", "nvidia_container_toolkit")
+
+
+def run_module(
+    tmp_path: Path, role: str, args: dict[str, Any], *, check: bool = False
+) -> dict[str, Any]:
+    """The result of the role's facts module on localhost."""
+    env = {
+        **os.environ,
+        "ANSIBLE_LIBRARY": str(ROLES / role / "library"),
+        "ANSIBLE_MODULE_UTILS": str(ROLES / role / "module_utils"),
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
+    }
+    command = [
+        str(Path(sys.executable).parent / "ansible"),
+        "localhost",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        f"{role}_facts",
+        "-a",
+        json.dumps(args),
+    ] + (["--check"] if check else [])
+    proc = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["changed"] is False
+    return result
+
+
+def run_facts(tmp_path: Path, role: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The fact the role's facts module returns on localhost."""
+    facts: dict[str, Any] = run_module(tmp_path, role, args)["ansible_facts"][f"{role}_host"]
+    return facts
+
+
+def write_stamp(tmp_path: Path, role: str, args: dict[str, Any], *, check: bool = False) -> None:
+    result = run_module(tmp_path, role, {**args, "write_stamp": True}, check=check)
+    # The facts read before the file tasks stay as they were.
+    assert "ansible_facts" not in result
+
+
+def toolkit_args(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "containerd_config": str(tmp_path / "config.toml"),
+        "containerd_imports": "/etc/containerd/conf.d/*.toml",
+        "keyring": str(tmp_path / "key.asc"),
+        "cdi_spec": str(tmp_path / "cdi.yaml"),
+    }
+    args.update(changes)
+    return args
+
+
+def test_the_module_utils_copies_are_identical() -> None:
+    copies = {
+        (ROLES / role / "module_utils" / "gpuinfra_node_state.py").read_text()
+        for role in NODE_ROLES
+    }
+    assert len(copies) == 1
+
+
+def test_the_driver_facts_read_this_machine(tmp_path: Path) -> None:
+    facts = run_facts(
+        tmp_path,
+        "nvidia_driver",
+        {
+            "packages": ["dpkg", "no-such-package-gpuinfra"],
+            "headers_package": True,
+            "version_package": "dpkg",
+            "services": ["no-such-unit-gpuinfra.service"],
+        },
+    )
+    assert facts["kernel"] == os.uname().release
+    assert facts["kernel_headers"] == Path(f"/lib/modules/{os.uname().release}/build").exists()
+    dpkg_version = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "dpkg"], capture_output=True, text=True, check=True
+    ).stdout
+    assert facts["packages"]["dpkg"] == {"version": dpkg_version, "status": "install ok installed"}
+    assert "no-such-package-gpuinfra" not in facts["packages"]
+    assert facts["installed"] == dpkg_version
+    assert facts["services"]["no-such-unit-gpuinfra.service"]["active"] != "active"
+    assert facts["device_node"] == Path("/dev/nvidiactl").exists()
+    assert facts["components_elsewhere"] is None
+
+
+def test_the_driver_facts_list_the_components_other_apt_sources_enable(tmp_path: Path) -> None:
+    wanted = subprocess.run(
+        "grep -rhsE '^[^#]*\\s(contrib|non-free|non-free-firmware)(\\s|$)' "
+        "/etc/apt/sources.list /etc/apt/sources.list.d",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    facts = run_facts(tmp_path, "nvidia_driver", {"components_exclude": "/nonexistent"})
+    expected = [c for c in ("contrib", "non-free", "non-free-firmware") if c in wanted]
+    assert facts["components_elsewhere"] == expected
+
+
+def test_a_stamp_matches_until_a_file_its_mode_or_an_input_changes(tmp_path: Path) -> None:
+    config = tmp_path / "etc" / "thing.conf"
+    config.parent.mkdir()
+    config.write_text("a = 1\n")
+    config.chmod(0o644)
+    stamp = tmp_path / "state" / "stamp.json"
+    paths = [str(config.parent), str(config), str(tmp_path / "removed.conf")]
+    base = {"paths": paths, "fingerprint": "inputs-1", "stamp": str(stamp)}
+
+    assert run_facts(tmp_path, "nvidia_driver", base)["files_drift"].startswith("no readable stamp")
+    write_stamp(tmp_path, "nvidia_driver", base, check=True)
+    assert not stamp.exists(), "check mode wrote the stamp"
+
+    write_stamp(tmp_path, "nvidia_driver", base)
+    assert run_facts(tmp_path, "nvidia_driver", base)["files_converged"] is True
+
+    other = run_facts(tmp_path, "nvidia_driver", {**base, "fingerprint": "inputs-2"})
+    assert other["files_drift"] == "the role's inputs changed since the stamp"
+    fewer = run_facts(tmp_path, "nvidia_driver", {**base, "paths": paths[:2]})
+    assert fewer["files_drift"] == "the role writes other paths than the stamp records"
+
+    config.chmod(0o600)
+    assert run_facts(tmp_path, "nvidia_driver", base)["files_drift"] == (
+        f"{config} changed since the stamp"
+    )
+    config.chmod(0o644)
+    config.write_text("a = 2\n")
+    assert run_facts(tmp_path, "nvidia_driver", base)["files_drift"] == (
+        f"{config} changed since the stamp"
+    )
+    config.write_text("a = 1\n")
+    (tmp_path / "removed.conf").write_text("back\n")
+    assert run_facts(tmp_path, "nvidia_driver", base)["files_drift"] == (
+        f"{tmp_path / 'removed.conf'} changed since the stamp"
+    )
+
+
+def test_the_components_other_sources_enable_are_part_of_the_fingerprint(tmp_path: Path) -> None:
+    stamp = tmp_path / "stamp.json"
+    args = {"paths": [], "fingerprint": "x", "stamp": str(stamp)}
+    write_stamp(tmp_path, "nvidia_driver", args)
+    assert run_facts(tmp_path, "nvidia_driver", args)["files_converged"] is True
+    # The same inputs, now also asking which components other sources enable: another digest.
+    with_components = {**args, "components_exclude": "/nonexistent"}
+    assert run_facts(tmp_path, "nvidia_driver", with_components)["files_converged"] is False
+
+
+@pytest.mark.parametrize(
+    ("content", "state"),
+    [
+        (None, "absent"),
+        ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n', "imports"),
+        ('version = 2\nimports = ["/etc/other/*.toml"]\n', "other_imports"),
+        ("version = 2\n", "no_imports"),
+    ],
+)
+def test_the_toolkit_facts_tell_how_containerd_imports_the_drop_ins(
+    tmp_path: Path, content: str | None, state: str
+) -> None:
+    if content is not None:
+        (tmp_path / "config.toml").write_text(content)
+    facts = run_facts(tmp_path, "nvidia_container_toolkit", toolkit_args(tmp_path))
+    assert facts["containerd_config"] == state
+
+
+def test_the_toolkit_facts_see_the_key_and_the_cdi_specification(tmp_path: Path) -> None:
+    facts = run_facts(tmp_path, "nvidia_container_toolkit", toolkit_args(tmp_path))
+    assert (facts["keyring"], facts["cdi_spec"]) == (False, False)
+    (tmp_path / "key.asc").write_text("key\n")
+    (tmp_path / "cdi.yaml").write_text("cdiVersion: 0.5.0\n")
+    facts = run_facts(tmp_path, "nvidia_container_toolkit", toolkit_args(tmp_path))
+    assert (facts["keyring"], facts["cdi_spec"]) == (True, True)
+    assert facts["containerd"] == Path("/usr/bin/containerd").exists()
