@@ -1,8 +1,9 @@
 """What a change does to each environment: plans of a base revision and of the working tree.
 
-The base revision is checked out in a temporary ``git worktree`` and planned by its own code
-(``python -m gpuinfra plan`` with ``GPUINFRA_ROOT`` and ``PYTHONPATH`` inside the worktree), so
-a change to the code itself shows up as a change in the plan. The comparison works on plan
+The base revision is checked out in a temporary ``git worktree`` and planned by its own library
+(``python -m gpuinfra.review`` with ``GPUINFRA_ROOT`` and ``PYTHONPATH`` inside the worktree), so
+a change to the code itself shows up as a change in the plan. A revision older than that entry
+point is planned through its command line instead (``python -m gpuinfra plan --format json``). The comparison works on plan
 documents (see ``gpuinfra.review.plan``) and knows nothing of how they were made.
 """
 
@@ -362,10 +363,17 @@ class Target:
             return (root / "stacks" / f"Pulumi.{self.name}.yaml").exists()
         return (root / "inventory" / self.name).is_dir()
 
-    def args(self) -> list[str]:
-        if self.kind == "stack":
-            return ["--stack", self.name]
-        return ["--site", f"inventory/{self.name}"]
+    @property
+    def argument(self) -> str:
+        """The stack's name, or the site's directory relative to the checkout."""
+        return self.name if self.kind == "stack" else f"inventory/{self.name}"
+
+    def command(self, root: Path) -> list[str]:
+        """What plans this target in the checkout at ``root``, with that checkout's own code."""
+        if (root / "gpuinfra" / "review" / "__main__.py").exists():
+            return [sys.executable, "-m", "gpuinfra.review", self.kind, self.argument]
+        option = "--stack" if self.kind == "stack" else "--site"
+        return [sys.executable, "-m", "gpuinfra", "plan", option, self.argument, "--format", "json"]
 
 
 def targets(root: Path, *more_roots: Path) -> list[Target]:
@@ -412,7 +420,7 @@ def plan_in(root: Path, target: Target) -> PlanResult:
         PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuinfra", "plan", *target.args(), "--format", "json"],
+        target.command(root),
         cwd=root,
         env=env,
         capture_output=True,

@@ -217,3 +217,48 @@ def test_diff_from_a_worktree_reports_that_worktrees_commit(
     finally:
         git(base_repo, "worktree", "remove", "--force", str(worktree))
         git(base_repo, "branch", "--quiet", "-D", "bump-driver")
+
+
+def review_entry(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuinfra.review", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_review_entry_point_plans_what_the_command_line_plans() -> None:
+    """What diff runs in the base worktree: the library's plan, the CLI's document."""
+    entry = review_entry("stack", "dev")
+    assert entry.returncode == 0, entry.stderr
+    cli = run_cli("plan", "--stack", "dev", "--format", "json")
+    assert cli.code == 0, cli.stderr
+    assert json.loads(entry.stdout) == json.loads(cli.stdout)
+
+    unknown = review_entry("stack", "nope")
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("error: ") and "nope" in unknown.stderr
+    assert review_entry("cluster", "dev").returncode == 2
+
+
+def test_a_base_without_the_review_entry_point_is_planned_through_its_command_line(
+    base_repo: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    git(repo, "rm", "--quiet", "gpuinfra/review/__main__.py")
+    git(repo, "commit", "--quiet", "--message", "Before the review entry point")
+    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/__main__.py")
+    replace(repo / "versions.yaml", '"580.159.04"', '"580.172.01"')
+    git(repo, "commit", "--quiet", "--all", "--message", "Bump the 580 driver")
+    assert diff.Target("stack", "prod").command(repo)[1:3] == ["-m", "gpuinfra.review"]
+    result = run_cli(
+        "diff", "--base", "HEAD~1", "--stack", "prod", "--format", "json", root=repo, cwd=repo
+    )
+    report = report_of(result)
+    prod = target(report, "stack prod")
+    assert prod["status"] != "added", "the base was planned, through its command line"
+    bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
+    assert bumped["nvidia_driver.cuda_repo"] == ("580.159.04", "580.172.01")
