@@ -26,18 +26,18 @@ POOL_COUNTS = (1, 10, 25, 50)
 
 
 class ProgramClock:
-    """CPU seconds spent inside the stack program under the mock runtime (``run_stack``), so the
+    """CPU seconds spent inside the stack program under the mock runtime (``run_checked``), so the
     plan's own work (redaction, policy, cost, add-on renders) can be told apart from it."""
 
     def __init__(self) -> None:
         self.cpu = 0.0
-        self._run_stack = stackrun.run_stack
-        self._patch = mock.patch.object(stackrun, "run_stack", new=self._timed)
+        self._run_program = stackrun.run_checked
+        self._patch = mock.patch.object(stackrun, "run_checked", new=self._timed)
 
     def _timed(self, *args: Any, **kwargs: Any) -> stackrun.StackRun:
         start = time.process_time()
         try:
-            return self._run_stack(*args, **kwargs)
+            return self._run_program(*args, **kwargs)
         finally:
             self.cpu += time.process_time() - start
 

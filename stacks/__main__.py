@@ -17,7 +17,11 @@ from gpuinfra import addons, versions
 from gpuinfra.config import StackConfig, load_stack
 
 
-def main(cfg: StackConfig, pins: versions.Versions) -> None:
+def main(
+    cfg: StackConfig, pins: versions.Versions, renders: list[addons.AddonRender] | None = None
+) -> None:
+    """The stack: ``renders`` are the add-ons as ``addons.render_all`` renders them for ``cfg``
+    (the plan passes the ones it already has); rendered here when not given."""
     name = f"gpuinfra-{cfg.environment}"
     tags = {**cfg.tags.as_aws(), "environment": cfg.environment}
     # Everything single-zone (EFA placement, reservations, FSx) shares the first pinned zone.
@@ -111,7 +115,10 @@ def main(cfg: StackConfig, pins: versions.Versions) -> None:
     ClusterAddons(
         name,
         ClusterAddonsArgs(
-            renders=addons.render_all(cfg.addons, versions=pins), provider=cluster.provider
+            renders=renders
+            if renders is not None
+            else addons.render_all(cfg.addons, versions=pins),
+            provider=cluster.provider,
         ),
         # Add-ons schedule onto GPU nodes; their pools must exist before the charts wait.
         opts=pulumi.ResourceOptions(depends_on=list(pools.values())),

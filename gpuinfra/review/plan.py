@@ -20,7 +20,7 @@ from gpuinfra import config as config_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonRender
-from gpuinfra.loading import load_yaml
+from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
 from gpuinfra.review import policy as policy_mod
@@ -190,10 +190,14 @@ def stack_plan(
 ) -> dict[str, Any]:
     """The plan of one stack: raises ConfigError (exit 2) before running anything if invalid."""
     root = root or repo_root()
-    cfg = config or config_mod.load_stack(env, root)
+    if config is None:
+        cfg = config_mod.load_stack(env, root)
+    else:
+        cfg = config_mod.check_stack(config, display_path(config_mod.stack_path(env, root)))
     pins = versions_mod.pinned(root)
-    run = stackrun.run_stack(env, root=root, config=cfg)
-    rendered = addons_sections(addons.render_all(cfg.addons, versions=pins))
+    renders = addons.render_all(cfg.addons, versions=pins)
+    run = stackrun.run_checked(env, cfg, pins, renders=renders, root=root)
+    rendered = addons_sections(renders)
     redact = Redactor(root, stand_ins(run, cfg.region))
     resources = sorted(
         (

@@ -26,6 +26,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from gpuinfra import versions as versions_mod
+from gpuinfra.addons import AddonRender
 from gpuinfra.config import StackConfig, check_stack, load_stack, stack_path
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path
@@ -148,9 +149,25 @@ def run_stack(env: str, *, root: Path | None = None, config: StackConfig | None 
         config = load_stack(env, base)
     else:
         check_stack(config, display_path(stack_path(env, base)))
-    pins = versions_mod.load_checked(versions_mod.versions_path(base))
+    return run_checked(env, config, versions_mod.pinned(base), root=base)
+
+
+def run_checked(
+    env: str,
+    config: StackConfig,
+    pins: versions_mod.Versions,
+    *,
+    renders: list[AddonRender] | None = None,
+    root: Path | None = None,
+) -> StackRun:
+    """Run the stack program for a ``config`` and ``pins`` the caller has already checked.
+
+    ``renders`` are the add-ons already rendered for ``config`` (the plan's), so the program
+    does not render them a second time.
+    """
+    base = root or repo_root()
     program = _program(base / "stacks" / "__main__.py")
-    return run_program(lambda: program(config, pins), stack=env, region=config.region)
+    return run_program(lambda: program(config, pins, renders), stack=env, region=config.region)
 
 
 def run_program(
@@ -204,10 +221,11 @@ def _first_run_frozen() -> Iterator[None]:
         _frozen = True
 
 
-_PROGRAMS: dict[tuple[Path, float], Callable[[StackConfig, versions_mod.Versions], None]] = {}
+Program = Callable[[StackConfig, versions_mod.Versions, list[AddonRender] | None], None]
+_PROGRAMS: dict[tuple[Path, float], Program] = {}
 
 
-def _program(path: Path) -> Callable[[StackConfig, versions_mod.Versions], None]:
+def _program(path: Path) -> Program:
     """The program's ``main``, loaded once per file version."""
     if not path.is_file():
         raise ConfigError([Problem(display_path(path), "", "the stack program is missing")])
