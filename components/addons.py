@@ -2,8 +2,9 @@
 
 Every Helm value and object comes from ``gpuinfra.addons.render_all``; this component only
 turns each render into a Helm release at the pinned chart version and one resource per extra
-object. On EKS the GPU AMI ships the NVIDIA driver and container toolkit, so the GPU Operator
-must run in host-driver mode: a render that would start driver or toolkit containers is refused.
+object, after the Namespaces they name and the Secrets the render declares (passwords generated
+by pulumi-random, kept secret in state). On EKS the GPU AMI ships the NVIDIA driver and
+container toolkit, so the GPU Operator must run in host-driver mode: a render that would start driver or toolkit containers is refused.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from components.validation import raise_findings
 from gpuinfra.addons import AddonRender
-from gpuinfra.addons.base import MANAGED_BY
+from gpuinfra.addons.base import MANAGED_BY, GeneratedSecret
 from gpuinfra.config import Finding
 
 GPU_OPERATOR = "gpu_operator"
@@ -32,6 +34,8 @@ class ClusterAddonsArgs:
 
 class ClusterAddons(pulumi.ComponentResource):
     releases: dict[str, k8s.helm.v3.Release]
+    # The generated Secrets, by "<namespace>/<name>".
+    secrets: dict[str, k8s.core.v1.Secret]
 
     def __init__(
         self, name: str, args: ClusterAddonsArgs, opts: pulumi.ResourceOptions | None = None
@@ -39,6 +43,7 @@ class ClusterAddons(pulumi.ComponentResource):
         raise_findings("ClusterAddons", name, _findings(args))
         super().__init__("gpuinfra:addons:ClusterAddons", name, None, opts)
         self.releases = {}
+        self.secrets = {}
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
         # Each add-on waits for the one before it: the Prometheus stack installs the
         # ServiceMonitor and PrometheusRule CRDs the others use.
@@ -47,14 +52,24 @@ class ClusterAddons(pulumi.ComponentResource):
             on_cluster = pulumi.ResourceOptions(
                 parent=self, provider=args.provider, depends_on=list(previous)
             )
-            applied: list[pulumi.Resource] = []
-            if render.namespace not in namespaces:
-                namespaces[render.namespace] = k8s.core.v1.Namespace(
-                    f"{name}-ns-{render.namespace}",
-                    metadata={"name": render.namespace, "labels": dict(MANAGED_BY)},
-                    opts=on_cluster,
-                )
-            applied.append(namespaces[render.namespace])
+
+            def namespace(ns: str, opts: pulumi.ResourceOptions = on_cluster) -> pulumi.Resource:
+                # Once each, where first named: as a release's, a Secret's or an object's
+                # namespace (Kueue's LocalQueues live in the team namespaces).
+                if ns not in namespaces:
+                    namespaces[ns] = k8s.core.v1.Namespace(
+                        f"{name}-ns-{ns}",
+                        metadata={"name": ns, "labels": dict(MANAGED_BY)},
+                        opts=opts,
+                    )
+                return namespaces[ns]
+
+            applied: list[pulumi.Resource] = [namespace(render.namespace)]
+            # The release reads its Secrets at install (Grafana's admin password).
+            for secret in render.secrets:
+                made = _secret(name, render, secret, namespace(secret.namespace), on_cluster, self)
+                self.secrets[f"{secret.namespace}/{secret.name}"] = made
+                applied.append(made)
             if render.chart is not None:
                 release = k8s.helm.v3.Release(
                     f"{name}-{render.name.replace('_', '-')}",
@@ -65,11 +80,14 @@ class ClusterAddons(pulumi.ComponentResource):
                 )
                 self.releases[render.name] = release
                 applied.append(release)
-            after_chart = pulumi.ResourceOptions.merge(
-                on_cluster, pulumi.ResourceOptions(depends_on=list(applied))
-            )
+            after_chart = list(applied)
             for obj in render.objects:
-                applied.append(_object(name, render, obj, after_chart))
+                ns = obj["metadata"].get("namespace")
+                own = [namespace(ns)] if ns else []
+                opts = pulumi.ResourceOptions.merge(
+                    on_cluster, pulumi.ResourceOptions(depends_on=[*after_chart, *own])
+                )
+                applied.append(_object(name, render, obj, opts))
             previous = applied
         self.register_outputs({"releases": sorted(self.releases)})
 
@@ -114,6 +132,38 @@ def _object(
     return pulumi.CustomResource(token, "-".join(p for p in parts if p), dict(obj), opts)
 
 
+def _secret(
+    name: str,
+    render: AddonRender,
+    secret: GeneratedSecret,
+    namespace: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
+    parent: pulumi.Resource,
+) -> k8s.core.v1.Secret:
+    """An Opaque Secret with its fixed keys and a generated password for each other key."""
+    addon = render.name.replace("_", "-")
+    data: dict[str, pulumi.Input[str]] = dict(secret.fixed)
+    for key, length in sorted(secret.generated.items()):
+        password = random.RandomPassword(
+            f"{name}-{addon}-password-{secret.namespace}-{secret.name}-{key}",
+            length=length,
+            special=False,
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
+        data[key] = pulumi.Output.secret(password.result)
+    return k8s.core.v1.Secret(
+        f"{name}-{addon}-secret-{secret.namespace}-{secret.name}",
+        metadata={
+            "name": secret.name,
+            "namespace": secret.namespace,
+            "labels": dict(MANAGED_BY),
+        },
+        type="Opaque",
+        string_data=data,
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[namespace])),
+    )
+
+
 def _findings(args: ClusterAddonsArgs) -> list[Finding]:
     found: list[Finding] = []
     for i, render in enumerate(args.renders):
@@ -130,6 +180,15 @@ def _findings(args: ClusterAddonsArgs) -> list[Finding]:
                     (
                         ("renders", i, "objects"),
                         "every object needs apiVersion, kind and metadata.name",
+                    )
+                )
+        for j, secret in enumerate(render.secrets):
+            both = sorted(secret.fixed.keys() & secret.generated.keys())
+            if both:
+                found.append(
+                    (
+                        ("renders", i, "secrets", j),
+                        f"Secret {secret.name}: keys both fixed and generated: {', '.join(both)}",
                     )
                 )
         if render.name != GPU_OPERATOR or not args.host_driver:

@@ -78,6 +78,22 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class GeneratedSecret:
+    """A Secret an add-on reads that the Pulumi path creates, with generated passwords.
+
+    Only the Pulumi path creates it (before the release that reads it); on the Ansible path
+    the Secret is the site's to provide, and the role checks it exists before installing.
+    """
+
+    name: str
+    namespace: str
+    # Keys with a fixed value (a user name).
+    fixed: dict[str, str] = field(default_factory=dict)
+    # Keys whose value is a generated password, by length (letters and digits only).
+    generated: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AddonRender:
     """Everything one add-on applies to a cluster, fully resolved."""
 
@@ -89,6 +105,9 @@ class AddonRender:
     objects: list[dict[str, Any]] = field(default_factory=list)
     # Files the add-on ships besides objects, by relative path (Triton's config.pbtxt files).
     files: dict[str, str] = field(default_factory=dict)
+    # Secrets the Pulumi path generates before the release; never part of objects (which the
+    # Ansible roles apply) nor of the rendered files.
+    secrets: list[GeneratedSecret] = field(default_factory=list)
 
 
 class Settings(BaseModel):

@@ -19,6 +19,7 @@ from gpuinfra.addons.base import (
     AddonRender,
     AddonSettings,
     Chart,
+    GeneratedSecret,
     Name,
     Quantity,
     enabled_field,
@@ -31,6 +32,9 @@ DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
 SEVERITIES = ("critical", "warning", "info")
 _SECRETS_DIR = "/etc/alertmanager/secrets"
+# Grafana's admin user on the Pulumi path, and the length of its generated password.
+GRAFANA_ADMIN_USER = "admin"
+GRAFANA_PASSWORD_LENGTH = 32
 
 
 class PrometheusStackSettings(AddonSettings):
@@ -200,4 +204,15 @@ def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender
         chart=Chart.of(versions.kube_prometheus_stack),
         values=values(settings, versions),
         objects=objects(settings),
+        secrets=[grafana_admin_secret(settings)],
+    )
+
+
+def grafana_admin_secret(settings: PrometheusStackSettings) -> GeneratedSecret:
+    """The Secret ``grafana.admin.existingSecret`` names, as the Pulumi path creates it."""
+    return GeneratedSecret(
+        name=settings.grafana_admin_secret,
+        namespace=settings.namespace,
+        fixed={settings.grafana_admin_user_key: GRAFANA_ADMIN_USER},
+        generated={settings.grafana_admin_password_key: GRAFANA_PASSWORD_LENGTH},
     )

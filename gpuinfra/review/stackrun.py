@@ -50,6 +50,8 @@ class Resource:
     urn: str = ""
     # False for component resources (they group children and have no cloud counterpart).
     custom: bool = True
+    # Logical names of the resources it waits for (depends_on and inputs read from others).
+    dependencies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class _RecordingMonitor(mocks.MockMonitor):
                         parent=parent,
                         urn=response.urn,
                         custom=bool(request.custom),
+                        dependencies=tuple(
+                            sorted({urn.rsplit("::", 1)[-1] for urn in request.dependencies})
+                        ),
                     )
                 )
         return response
@@ -272,6 +277,9 @@ def _computed(type_: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
         return {"latestVersion": 1}
     if type_ == "aws:eks/nodeGroup:NodeGroup":
         return {"nodeGroupName": state.get("nodeGroupName") or name}
+    if type_ == "random:index/randomPassword:RandomPassword":
+        # A Secret reads it; the plan shows it as secret.
+        return {"result": f"{name}-password"}
     if type_ == "aws:fsx/lustreFileSystem:LustreFileSystem":
         return {"dnsName": f"{name}.fsx.example.invalid", "mountName": "mockmount"}
     return {}
