@@ -3,7 +3,8 @@
 ``gpuinfra diff`` runs this inside the base revision's worktree
 (``python -m gpuinfra.review stack dev``, ``python -m gpuinfra.review site inventory/example``),
 so the base is planned by the library as it was at that revision, without going through its
-command line. Errors are the library's: their lines on stderr, their exit code.
+command line. Errors are the library's: their lines on stderr, their exit code. What it writes is
+read by ``diff``, not by people, so it bypasses the CLI's console (gpuinfra/cli/console.py).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ KINDS = ("stack", "site")
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in KINDS:
-        print("usage: python -m gpuinfra.review {stack ENV | site DIR}", file=sys.stderr)
+        sys.stderr.write("usage: python -m gpuinfra.review {stack ENV | site DIR}\n")
         return EXIT_USAGE
     kind, name = argv
     try:
         document = plan.stack_plan(name) if kind == "stack" else plan.site_plan(Path(name))
     except GpuinfraError as exc:
-        for line in exc.lines():
-            print(f"error: {line}", file=sys.stderr)
+        sys.stderr.writelines(f"error: {line}\n" for line in exc.lines())
         return exc.exit_code
     sys.stdout.write(plan.to_json(document))
     return 0
