@@ -136,6 +136,12 @@ class TritonSettings(AddonSettings):
     shm_size: Quantity = Field(
         default="1Gi", description="Size of /dev/shm per pod (a Kubernetes quantity)."
     )
+    autoscaling: bool = Field(
+        default=False,
+        description="Scale between minReplicas and maxReplicas with a HorizontalPodAutoscaler on "
+        "CPU. It reads the metrics API (metrics-server), which gpuinfra does not install: turn "
+        "it on where the cluster has one. Off, the Deployment runs minReplicas pods.",
+    )
     min_replicas: int = Field(default=1, ge=1, description="Fewest pods the autoscaler keeps.")
     max_replicas: int = Field(default=2, ge=1, description="Most pods the autoscaler starts.")
     # CPU, because the HTTP/gRPC front end and pre/post-processing load CPU in step with
@@ -277,8 +283,10 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(NAME, settings.namespace, _labels()),
-        # No replicas: the autoscaler owns the count, and re-applying a fixed one would undo it.
+        # With the autoscaler, no replicas: it owns the count, and re-applying a fixed one
+        # would undo it.
         "spec": {
+            **({} if settings.autoscaling else {"replicas": settings.min_replicas}),
             "selector": {"matchLabels": _labels()},
             "template": {"metadata": {"labels": _labels()}, "spec": pod},
         },
@@ -351,7 +359,7 @@ def render(settings: TritonSettings, versions: Versions) -> AddonRender:
         objects=[
             deployment(settings, versions),
             service(settings),
-            autoscaler(settings),
+            *([autoscaler(settings)] if settings.autoscaling else []),
             service_monitor(settings),
         ],
         files={

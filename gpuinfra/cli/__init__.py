@@ -98,13 +98,17 @@ def config_check(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
 ) -> None:
     """Validate a stack file or a site inventory; exit 2 with one line per problem."""
-    from gpuinfra import config
+    from gpuinfra import config, integrity
     from gpuinfra import site as site_mod
+    from gpuinfra.loading import display_path
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
         cfg = config.load_stack(stack)
+        warnings = integrity.check_stack(cfg, display_path(config.stack_path(stack)))
+        for warning in warnings:
+            out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
         out.print(f"stack {stack}: valid ({len(cfg.node_pools)} node pools)")
     else:
         assert site is not None

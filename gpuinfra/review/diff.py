@@ -256,6 +256,10 @@ def _policy(plan: Mapping[str, Any]) -> dict[str, Any]:
     return {f"{v['policy']}: {v['message']}": v for v in policy.get("violations", [])}
 
 
+def _integrity(plan: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"{f['object']} {f['path']}: {f['message']}": f for f in plan.get("integrity", [])}
+
+
 SECTIONS = {
     "resources": _resources,
     "helm_releases": _releases,
@@ -266,6 +270,7 @@ SECTIONS = {
     "outputs": _outputs,
     "versions": _versions,
     "policy_violations": _policy,
+    "integrity": _integrity,
 }
 
 
@@ -628,6 +633,7 @@ _TITLES = {
     "outputs": "Stack outputs",
     "versions": "Pinned versions in force",
     "policy_violations": "Policy violations",
+    "integrity": "Integrity findings",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pulumi.runtime import MockResourceArgs
 
-from gpuinfra import addons
+from gpuinfra import addons, integrity
 from gpuinfra import config as config_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
@@ -196,6 +196,10 @@ def stack_plan(
         cfg = config_mod.check_stack(config, display_path(config_mod.stack_path(env, root)))
     pins = versions_mod.pinned(root)
     renders = addons.render_all(cfg.addons, versions=pins)
+    # Whether the cluster can run what it declares: an error stops the plan (exit 2).
+    warnings = integrity.check_stack(
+        cfg, display_path(config_mod.stack_path(env, root)), renders=renders
+    )
     run = stackrun.run_checked(env, cfg, pins, renders=renders, root=root)
     rendered = addons_sections(renders)
     redact = Redactor(root, stand_ins(run, cfg.region))
@@ -223,6 +227,7 @@ def stack_plan(
         "cost": estimate.document(),
     }
     document.update(rendered)
+    document["integrity"] = [w.document() for w in warnings]
     document["policy"] = _policy(cfg, run)
     return document
 
@@ -451,6 +456,15 @@ def summary_rows(doc: Mapping[str, Any]) -> list[Rows]:
             ],
         )
     )
+    integrity_findings = doc.get("integrity")
+    if integrity_findings is not None:
+        tables.append(
+            (
+                f"{where}: integrity ({len(integrity_findings)} warnings, no errors)",
+                ("rule", "object", "path", "what to change"),
+                [(f["rule"], f["object"], f["path"], f["message"]) for f in integrity_findings],
+            )
+        )
     policy = doc.get("policy")
     if policy is not None:
         tables.append(

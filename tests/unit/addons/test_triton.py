@@ -86,7 +86,6 @@ def test_metrics_port_is_scraped() -> None:
     ports = {p["name"]: p["port"] for p in kinds["Service"]["spec"]["ports"]}
     assert ports["metrics"] == 8002
     assert kinds["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
-    assert kinds["HorizontalPodAutoscaler"]["apiVersion"] == "autoscaling/v2"
 
 
 @pytest.mark.parametrize(
@@ -143,9 +142,18 @@ def test_the_autoscaler_owns_the_replica_count() -> None:
         "modelRepository": {"pvc": "models"},
         "minReplicas": 2,
         "maxReplicas": 6,
+        "autoscaling": True,
     }
     kinds = {o["kind"]: o for o in addons.render("triton", settings).objects}
     assert "replicas" not in kinds["Deployment"]["spec"]
+    assert kinds["HorizontalPodAutoscaler"]["apiVersion"] == "autoscaling/v2"
     hpa = kinds["HorizontalPodAutoscaler"]["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 6)
     assert hpa["scaleTargetRef"]["name"] == kinds["Deployment"]["metadata"]["name"]
+
+
+def test_without_the_autoscaler_the_deployment_runs_min_replicas() -> None:
+    settings = {"enabled": True, "modelRepository": {"pvc": "models"}, "minReplicas": 2}
+    kinds = {o["kind"]: o for o in addons.render("triton", settings).objects}
+    assert kinds["Deployment"]["spec"]["replicas"] == 2
+    assert "HorizontalPodAutoscaler" not in kinds

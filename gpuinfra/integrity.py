@@ -1,0 +1,515 @@
+"""Whether a declared cluster can run what it declares: rules over the whole desired state.
+
+Each add-on's objects pass their own schema; these rules look across them and the nodes:
+
+- **scheduling**: every pod template the project deploys fits at least one kind of node (node
+  selector against the node's labels, tolerations against its taints, requests against what it
+  can allocate);
+- **quotas**: a Kueue ResourceFlavor selects some node, and the ClusterQueue's nominal quota per
+  flavor is no more than the nodes it selects can give at their largest size; GPU resources
+  those nodes offer that the queue does not cover, and GPU workloads outside every queue, are
+  reported;
+- **autoscaling**: a HorizontalPodAutoscaler's metrics are served by something installed;
+- **references**: every namespaced object's namespace is created by the same apply.
+
+The nodes come from the stack's node pools (their labels and taint as the node pool component
+sets them, allocatable from the instance catalog less the kubelet's reserve). The rules take
+plain data, so the same functions serve a site's host groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpuinfra import addons, catalog
+from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
+from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
+from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.versions import Versions
+
+Severity = Literal["error", "warning"]
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
+# Kinds that live outside any namespace (of those the add-ons emit or could).
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "StorageClass",
+    "IngressClass",
+    "RuntimeClass",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "WorkloadPriorityClass",
+    "Queue",  # Volcano's queues are cluster-scoped
+}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# What serves each kind of HPA metric. Resource metrics come from the metrics API
+# (metrics-server); the others from a custom or external metrics adapter.
+METRIC_SERVERS = {
+    "Resource": ("metrics-server",),
+    "ContainerResource": ("metrics-server",),
+    "Pods": ("prometheus-adapter",),
+    "Object": ("prometheus-adapter",),
+    "External": ("prometheus-adapter",),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    rule: str
+    object: str
+    path: str
+    message: str
+
+    def document(self) -> dict[str, str]:
+        return {
+            "severity": self.severity,
+            "rule": self.rule,
+            "object": self.object,
+            "path": self.path,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """One kind of node: a node pool or a host group, and how many of it there can be."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, float]
+    count: int
+
+
+@dataclass(frozen=True)
+class State:
+    renders: tuple[AddonRender, ...]
+    nodes: tuple[Nodes, ...]
+    # Components installed besides the add-ons' own releases (e.g. an EKS add-on).
+    installed: frozenset[str] = field(default_factory=frozenset)
+
+
+# --- what the nodes offer -------------------------------------------------------------------------
+
+MIB = 1024 * 1024
+# The EKS AL2023 AMIs reserve CPU for the kubelet in steps (6% of the first core, 1% of the
+# second, 0.5% of the next two, 0.25% of the rest) and memory as 255 MiB + 11 MiB per pod, plus a
+# 100 MiB hard eviction threshold. 110 pods per node is the kubelet default the AMI keeps for
+# instances under 30 vCPU; larger ones get more pods and so a little more reserve, which this
+# approximation leaves out.
+MAX_PODS = 110
+
+
+def kube_reserved_cpu(vcpu: int) -> float:
+    steps = ((1, 0.06), (1, 0.01), (2, 0.005))
+    reserved, left = 0.0, vcpu
+    for cores, share in steps:
+        used = min(cores, left)
+        reserved += used * share
+        left -= used
+    return reserved + left * 0.0025
+
+
+# The CPU node group's families (config.SYSTEM_INSTANCE_FAMILIES) give 2 vCPUs per "large" step
+# and a fixed memory per vCPU: 4 GiB for m, 2 GiB for c, 8 GiB for r.
+_MIB_PER_VCPU = {"m": 4096, "c": 2048, "r": 8192}
+
+
+def _size(instance_type: str) -> tuple[int, int, int]:
+    """vCPUs, memory in MiB and GPUs of ``instance_type``."""
+    gpu = catalog.instance_types().get(instance_type)
+    if gpu is not None:
+        return gpu.vcpu, gpu.memory_mib, gpu.gpu_count
+    family, _, size = instance_type.partition(".")
+    steps = 1 if size == "large" else 2 * int(size.removesuffix("xlarge") or 1)
+    vcpu = 2 * steps
+    return vcpu, vcpu * _MIB_PER_VCPU[family[0]], 0
+
+
+def allocatable(instance_type: str) -> dict[str, float]:
+    """What one node of ``instance_type`` can give pods: CPU cores, memory bytes, GPUs."""
+    vcpu, memory_mib, gpus = _size(instance_type)
+    reserved_mib = 255 + 11 * MAX_PODS + 100
+    offer = {
+        "cpu": vcpu - kube_reserved_cpu(vcpu),
+        "memory": float((memory_mib - reserved_mib) * MIB),
+    }
+    if gpus:
+        offer[GPU_RESOURCE] = float(gpus)
+    return offer
+
+
+def pool_labels(name: str, instance_type: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The labels a GPU node pool's nodes carry (the node pool component sets these)."""
+    spec = catalog.instance_types()[instance_type]
+    return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name}
+
+
+def stack_nodes(cfg: StackConfig) -> tuple[Nodes, ...]:
+    """The stack's node pools, and the CPU node group gpuinfra adds beside them."""
+    gpu_taint = Taint(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])
+    pools = [
+        Nodes(
+            name=f"node pool {pool.name}",
+            labels=pool_labels(pool.name, pool.instance_type, pool.labels),
+            taints=(gpu_taint,),
+            allocatable=allocatable(pool.instance_type),
+            count=pool.max_size,
+        )
+        for pool in cfg.node_pools
+    ]
+    system = Nodes(
+        name=f"node group {SYSTEM_POOL}",
+        labels={POOL_LABEL: SYSTEM_POOL},
+        taints=(),
+        allocatable=allocatable(cfg.cluster.system_instance_type),
+        count=cfg.cluster.system_node_count,
+    )
+    return (system, *pools)
+
+
+# --- quantities -----------------------------------------------------------------------------------
+
+_SUFFIXES = {
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "m": 0.001,
+}
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity ("500m", "64Gi", 8) as a number."""
+    text = str(value).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _SUFFIXES[suffix]
+    return float(text)
+
+
+def _shown(resource: str, amount: float) -> str:
+    if resource == "memory":
+        return f"{amount / 1024**3:.1f}Gi"
+    return f"{amount:g}"
+
+
+# --- the rules ------------------------------------------------------------------------------------
+
+
+def _objects(state: State) -> Iterator[tuple[AddonRender, dict[str, Any]]]:
+    for render in state.renders:
+        for obj in render.objects:
+            yield render, obj
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") not in (None, "", taint.effect):
+            continue
+        if tol.get("operator") == "Exists" and tol.get("key") in (None, "", taint.key):
+            return True
+        if tol.get("key") == taint.key and tol.get("value", "") == taint.value:
+            return True
+    return False
+
+
+def _requests(pod: Mapping[str, Any]) -> dict[str, float]:
+    """What one pod asks for: the sum over its containers (a limit stands in for a request)."""
+    total: dict[str, float] = {}
+    for container in pod.get("containers", []):
+        resources = container.get("resources", {})
+        asked = {**resources.get("limits", {}), **resources.get("requests", {})}
+        for name, value in asked.items():
+            total[name] = total.get(name, 0.0) + quantity(value)
+    return total
+
+
+def _misfit(pod: Mapping[str, Any], nodes: Nodes) -> str:
+    """Why a pod cannot run on ``nodes``, or ''."""
+    selector = pod.get("nodeSelector", {})
+    wrong = {k: v for k, v in selector.items() if nodes.labels.get(k) != v}
+    if wrong:
+        have = ", ".join(f"{k}={nodes.labels[k]}" for k in wrong if k in nodes.labels)
+        return f"labels {have or 'none of ' + ', '.join(wrong)}"
+    untolerated = [
+        t
+        for t in nodes.taints
+        if t.effect in ("NoSchedule", "NoExecute") and not _tolerates(pod.get("tolerations", []), t)
+    ]
+    if untolerated:
+        t = untolerated[0]
+        return f"taint {t.key}={t.value}:{t.effect} not tolerated"
+    for resource, amount in sorted(_requests(pod).items()):
+        offered = nodes.allocatable.get(resource, 0.0)
+        if amount > offered:
+            return (
+                f"{resource} {_shown(resource, amount)} requested, "
+                f"{_shown(resource, offered)} allocatable"
+            )
+    return ""
+
+
+def scheduling(state: State) -> list[Finding]:
+    found = []
+    for _render, obj in _objects(state):
+        if obj.get("kind") not in WORKLOAD_KINDS:
+            continue
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        misfits = {nodes.name: _misfit(pod, nodes) for nodes in state.nodes}
+        if any(reason == "" for reason in misfits.values()):
+            continue
+        selector = ", ".join(f"{k}={v}" for k, v in pod.get("nodeSelector", {}).items())
+        why = "; ".join(f"{name}: {reason}" for name, reason in misfits.items()) or "no nodes"
+        found.append(
+            Finding(
+                "error",
+                "scheduling",
+                _label(obj),
+                "spec.template.spec",
+                f"no declared node can run it ({why})"
+                + (
+                    f"; its node selector {selector} must match a node pool's labels"
+                    if selector and all(r.startswith("labels") for r in misfits.values())
+                    else ""
+                ),
+            )
+        )
+    return found
+
+
+def _selected(nodes: Iterable[Nodes], node_labels: Mapping[str, str]) -> list[Nodes]:
+    return [n for n in nodes if all(n.labels.get(k) == v for k, v in node_labels.items())]
+
+
+def quotas(state: State) -> list[Finding]:
+    flavors = {
+        obj["metadata"]["name"]: obj
+        for _render, obj in _objects(state)
+        if obj.get("kind") == "ResourceFlavor"
+    }
+    found: list[Finding] = []
+    queued = False
+    for _render, obj in _objects(state):
+        if obj.get("kind") != "ClusterQueue":
+            continue
+        queued = True
+        for g, group in enumerate(obj.get("spec", {}).get("resourceGroups", [])):
+            covered = set(group.get("coveredResources", []))
+            for f, flavor in enumerate(group.get("flavors", [])):
+                found += _flavor_findings(obj, flavors, flavor, covered, g, f, state)
+    if queued:
+        found += _outside_queues(state)
+    return found
+
+
+def _flavor_findings(
+    queue: Mapping[str, Any],
+    flavors: Mapping[str, Mapping[str, Any]],
+    flavor: Mapping[str, Any],
+    covered: set[str],
+    g: int,
+    f: int,
+    state: State,
+) -> list[Finding]:
+    name = flavor.get("name", "")
+    path = f"spec.resourceGroups[{g}].flavors[{f}]"
+    node_labels = flavors.get(name, {}).get("spec", {}).get("nodeLabels", {})
+    selected = _selected(state.nodes, node_labels)
+    shown = ", ".join(f"{k}={v}" for k, v in node_labels.items())
+    if not selected:
+        return [
+            Finding(
+                "error",
+                "quotas",
+                _label(queue),
+                path,
+                f"flavor {name} selects nodes labelled {shown}, and no declared node has them: "
+                "its quota can never be used; give a node pool that label or drop the flavor",
+            )
+        ]
+    found = []
+    for r, resource in enumerate(flavor.get("resources", [])):
+        rname = resource.get("name", "")
+        nominal = quantity(resource.get("nominalQuota", 0))
+        capacity = sum(n.allocatable.get(rname, 0.0) * n.count for n in selected)
+        if nominal > capacity:
+            pools = ", ".join(f"{n.name} (up to {n.count})" for n in selected)
+            found.append(
+                Finding(
+                    "error",
+                    "quotas",
+                    _label(queue),
+                    f"{path}.resources[{r}].nominalQuota",
+                    f"flavor {name} grants {_shown(rname, nominal)} {rname}, the nodes it "
+                    f"selects can give {_shown(rname, capacity)} at their largest ({pools}): "
+                    "lower the quota or raise the pools' maxSize",
+                )
+            )
+    offered = {k for n in selected for k, v in n.allocatable.items() if v and _gpu_resource(k)}
+    for rname in sorted(offered - covered):
+        found.append(
+            Finding(
+                "warning",
+                "quotas",
+                _label(queue),
+                f"spec.resourceGroups[{g}].coveredResources",
+                f"the nodes flavor {name} selects offer {rname}, which the queue does not cover: "
+                "workloads asking for it are never admitted",
+            )
+        )
+    return found
+
+
+def _gpu_resource(name: str) -> bool:
+    return name == GPU_RESOURCE or name.startswith("nvidia.com/mig-")
+
+
+def _outside_queues(state: State) -> list[Finding]:
+    found = []
+    for _render, obj in _objects(state):
+        if obj.get("kind") not in WORKLOAD_KINDS:
+            continue
+        template = obj.get("spec", {}).get("template", {})
+        asks_gpu = any(_gpu_resource(r) for r in _requests(template.get("spec", {})))
+        labels = {
+            **obj.get("metadata", {}).get("labels", {}),
+            **template.get("metadata", {}).get("labels", {}),
+        }
+        if asks_gpu and QUEUE_LABEL not in labels:
+            found.append(
+                Finding(
+                    "warning",
+                    "quotas",
+                    _label(obj),
+                    "metadata.labels",
+                    f"asks for GPUs outside Kueue's accounting (no {QUEUE_LABEL} label): "
+                    "the ClusterQueue's quota does not count them",
+                )
+            )
+    return found
+
+
+def autoscaling(state: State) -> list[Finding]:
+    installed = (
+        set(state.installed)
+        | {r.release for r in state.renders}
+        | {r.name.replace("_", "-") for r in state.renders}
+    )
+    found = []
+    for _render, obj in _objects(state):
+        if obj.get("kind") != "HorizontalPodAutoscaler":
+            continue
+        for m, metric in enumerate(obj.get("spec", {}).get("metrics", [])):
+            servers = METRIC_SERVERS.get(metric.get("type", ""), ())
+            if not installed.intersection(servers):
+                found.append(
+                    Finding(
+                        "error",
+                        "autoscaling",
+                        _label(obj),
+                        f"spec.metrics[{m}]",
+                        f"a {metric.get('type')} metric needs {' or '.join(servers)}, which "
+                        "nothing installs: the autoscaler never scales; install one or turn "
+                        "autoscaling off",
+                    )
+                )
+    return found
+
+
+def references(state: State) -> list[Finding]:
+    created = {r.namespace for r in state.renders} | {
+        obj["metadata"]["name"] for _r, obj in _objects(state) if obj.get("kind") == "Namespace"
+    }
+    # Both paths create the namespaces the add-ons' objects name (ClusterAddons, and the
+    # add-on roles' prepare step), besides each release's own.
+    created |= {
+        obj["metadata"]["namespace"]
+        for _r, obj in _objects(state)
+        if obj.get("metadata", {}).get("namespace")
+    }
+    found = []
+    for _render, obj in _objects(state):
+        kind = obj.get("kind", "")
+        namespace = obj.get("metadata", {}).get("namespace")
+        if kind not in CLUSTER_SCOPED and not namespace:
+            found.append(
+                Finding(
+                    "error",
+                    "references",
+                    _label(obj),
+                    "metadata.namespace",
+                    f"a {kind} lives in a namespace; name one",
+                )
+            )
+        elif namespace and namespace not in created:
+            found.append(
+                Finding(
+                    "error",
+                    "references",
+                    _label(obj),
+                    "metadata.namespace",
+                    f"namespace {namespace} is created by nothing in this apply",
+                )
+            )
+    return found
+
+
+RULES = (references, scheduling, quotas, autoscaling)
+
+
+def check(state: State) -> list[Finding]:
+    """Every finding of every rule, errors first."""
+    found = [finding for rule in RULES for finding in rule(state)]
+    return sorted(found, key=lambda f: (f.severity != "error", f.rule, f.object, f.path))
+
+
+def stack_state(cfg: StackConfig, renders: Iterable[AddonRender]) -> State:
+    return State(renders=tuple(renders), nodes=stack_nodes(cfg))
+
+
+def enforce(findings: Iterable[Finding], file: str) -> list[Finding]:
+    """Raise ConfigError (exit 2) naming every error; return the warnings."""
+    findings = list(findings)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise ConfigError(Problem(file, f"{f.object} {f.path}", f.message) for f in errors)
+    return [f for f in findings if f.severity == "warning"]
+
+
+def check_stack(
+    cfg: StackConfig,
+    file: str,
+    *,
+    renders: Iterable[AddonRender] | None = None,
+    versions: Versions | None = None,
+) -> list[Finding]:
+    """The stack's findings: raises on an error, returns the warnings."""
+    if renders is None:
+        renders = addons.render_all(cfg.addons, versions=versions)
+    return enforce(check(stack_state(cfg, renders)), file)

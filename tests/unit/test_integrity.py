@@ -1,0 +1,178 @@
+"""The whole-system check: each rule on a minimal broken stack, and silence on the shipped ones."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra import addons, config, integrity
+from gpuinfra.addons.base import AddonRender
+from gpuinfra.errors import ConfigError
+from tests.conftest import ROOT, run_cli
+
+# Sized for dev's g6.xlarge (4 vCPUs, 16 GiB): the defaults (4 CPUs, 16Gi) do not fit it.
+TRITON: dict[str, Any] = {
+    "enabled": True,
+    "modelRepository": {"pvc": "models"},
+    "gpuType": "l4",
+    "cpu": "2",
+    "memory": "8Gi",
+}
+
+
+def stack(env: str, **addon_changes: Any) -> config.StackConfig:
+    """A shipped stack with some add-on settings replaced (camelCase, as in the stack file)."""
+    cfg = config.load_stack(env)
+    data = cfg.addons.model_dump(by_alias=True)
+    for name, settings in addon_changes.items():
+        data[name] = {**data[name], **settings}
+    return cfg.model_copy(update={"addons": type(cfg.addons).model_validate(data)})
+
+
+def findings(cfg: config.StackConfig) -> list[integrity.Finding]:
+    return integrity.check(integrity.stack_state(cfg, addons.render_all(cfg.addons)))
+
+
+def only(found: list[integrity.Finding], rule: str) -> list[integrity.Finding]:
+    return [f for f in found if f.rule == rule]
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_every_shipped_stack_passes_with_no_error(env: str) -> None:
+    assert [f for f in findings(config.load_stack(env)) if f.severity == "error"] == []
+
+
+def test_nodes_offer_what_the_catalog_gives_less_the_kubelets_reserve() -> None:
+    nodes = {n.name: n for n in integrity.stack_nodes(config.load_stack("prod"))}
+    h100 = nodes["node pool h100"]
+    assert h100.labels["gpuinfra.dev/gpu-type"] == "h100"
+    assert [t.key for t in h100.taints] == ["nvidia.com/gpu"]
+    assert h100.allocatable["nvidia.com/gpu"] == 8
+    # p5.48xlarge: 192 vCPUs, of which the kubelet keeps 0.06 + 0.01 + 2 x 0.005 + 188 x 0.0025.
+    assert h100.allocatable["cpu"] == pytest.approx(192 - 0.55)
+    system = nodes["node group system"]
+    assert system.taints == () and "nvidia.com/gpu" not in system.allocatable
+
+
+def test_a_quota_above_what_the_nodes_can_allocate_is_an_error() -> None:
+    cfg = stack(
+        "dev", kueue={"flavors": [{"gpuType": "l4", "gpus": 4, "cpu": "8", "memory": "28Gi"}]}
+    )
+    quota = only(findings(cfg), "quotas")
+    messages = [f.message for f in quota if f.severity == "error"]
+    assert any("grants 4 nvidia.com/gpu" in m and "can give 2" in m for m in messages), messages
+    assert any("grants 8 cpu" in m and "7.84" in m for m in messages), messages
+    assert all("lower the quota or raise the pools' maxSize" in m for m in messages)
+
+
+def test_a_flavor_that_selects_no_node_is_an_error() -> None:
+    flavors = [
+        {"gpuType": "l4", "gpus": 2, "cpu": "7", "memory": "28Gi"},
+        {"gpuType": "h100", "gpus": 8, "cpu": "7", "memory": "28Gi"},
+    ]
+    (error,) = [f for f in only(findings(stack("dev", kueue={"flavors": flavors})), "quotas")]
+    assert error.severity == "error"
+    assert "flavor h100 selects nodes labelled gpuinfra.dev/gpu-type=h100" in error.message
+    assert error.path == "spec.resourceGroups[0].flavors[0]"
+
+
+def test_a_workload_no_node_can_run_is_an_error_that_names_each_nodes_reason() -> None:
+    (error,) = only(findings(stack("dev", triton={**TRITON, "gpuType": "h100"})), "scheduling")
+    assert error.object == "Deployment triton/triton"
+    assert "node pool l4: labels gpuinfra.dev/gpu-type=l4" in error.message
+    assert "node group system: labels none of gpuinfra.dev/gpu-type" in error.message
+    assert "node selector gpuinfra.dev/gpu-type=h100" in error.message
+
+    too_big = stack("dev", triton={**TRITON, "gpusPerReplica": 2})
+    (error,) = only(findings(too_big), "scheduling")
+    assert "nvidia.com/gpu 2 requested, 1 allocatable" in error.message
+    assert "node selector" not in error.message, "the selector matches; the size does not"
+
+    defaults = {k: v for k, v in TRITON.items() if k not in ("cpu", "memory")}
+    (error,) = only(findings(stack("dev", triton=defaults)), "scheduling")
+    assert "node pool l4: cpu 4 requested, 3.92 allocatable" in error.message
+
+    assert only(findings(stack("dev", triton=TRITON)), "scheduling") == []
+
+
+def test_gpu_pods_outside_kueue_are_a_warning() -> None:
+    (warning,) = [
+        f for f in only(findings(stack("dev", triton=TRITON)), "quotas") if f.severity == "warning"
+    ]
+    assert warning.object == "Deployment triton/triton"
+    assert "outside Kueue's accounting" in warning.message
+
+
+def test_an_autoscaler_without_a_metrics_server_is_an_error() -> None:
+    on = stack("dev", triton={**TRITON, "autoscaling": True})
+    (error,) = only(findings(on), "autoscaling")
+    assert error.object == "HorizontalPodAutoscaler triton/triton"
+    assert "needs metrics-server" in error.message
+    off = addons.render_all(stack("dev", triton=TRITON).addons)
+    (triton,) = [r for r in off if r.name == "triton"]
+    assert "HorizontalPodAutoscaler" not in [o["kind"] for o in triton.objects]
+    assert triton.objects[0]["spec"]["replicas"] == 1
+
+
+def test_an_object_in_no_namespace_or_an_uncreated_one_is_an_error() -> None:
+    loose = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "loose"}}
+    render = AddonRender(name="x", release="x", namespace="x", chart=None, objects=[loose])
+    state = integrity.State(renders=(render,), nodes=())
+    (error,) = integrity.references(state)
+    assert error.message == "a ConfigMap lives in a namespace; name one"
+    assert (
+        integrity.references(
+            integrity.State(renders=(render,), nodes=()).__class__(
+                renders=(
+                    AddonRender(
+                        name="y",
+                        release="y",
+                        namespace="y",
+                        chart=None,
+                        objects=[{**loose, "metadata": {"name": "ok", "namespace": "y"}}],
+                    ),
+                ),
+                nodes=(),
+            )
+        )
+        == []
+    )
+
+
+def test_quantities_read_as_kubernetes_writes_them() -> None:
+    assert integrity.quantity("500m") == 0.5
+    assert integrity.quantity("64Gi") == 64 * 1024**3
+    assert integrity.quantity(8) == 8
+    assert integrity.quantity("1.5") == 1.5
+
+
+def test_config_check_and_plan_refuse_an_error_with_the_file_and_change(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(
+        ROOT, root, ignore=shutil.ignore_patterns(".venv", ".git", ".lab", "__pycache__", "build")
+    )
+    path = root / "stacks" / "Pulumi.dev.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"]["gpuinfra:addons"]["kueue"]["flavors"][0]["gpus"] = 4
+    path.write_text(yaml.safe_dump(document))
+    for args in (("config", "check", "--stack", "dev"), ("plan", "--stack", "dev")):
+        result = run_cli(*args, root=root, cwd=root)
+        assert result.code == 2, result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if "nvidia.com/gpu" in line]
+        assert line.startswith(
+            "error: stacks/Pulumi.dev.yaml: ClusterQueue gpu spec.resourceGroups"
+        )
+        assert "grants 4 nvidia.com/gpu" in line
+
+
+def test_enforce_returns_warnings_and_raises_on_errors() -> None:
+    warning = integrity.Finding("warning", "quotas", "o", "p", "w")
+    error = integrity.Finding("error", "quotas", "o", "p", "e")
+    assert integrity.enforce([warning], "f") == [warning]
+    with pytest.raises(ConfigError) as caught:
+        integrity.enforce([warning, error], "f")
+    assert caught.value.lines() == ["f: o p: e"]
