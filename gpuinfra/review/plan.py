@@ -23,8 +23,8 @@ from gpuinfra.addons import AddonRender
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
+from gpuinfra.review import ordering, stackrun
 from gpuinfra.review import policy as policy_mod
-from gpuinfra.review import stackrun
 from gpuinfra.review.documents import flatten
 
 PLAN_FORMAT = 1
@@ -197,10 +197,10 @@ def stack_plan(
     pins = versions_mod.pinned(root)
     renders = addons.render_all(cfg.addons, versions=pins)
     # Whether the cluster can run what it declares: an error stops the plan (exit 2).
-    warnings = integrity.check_stack(
-        cfg, display_path(config_mod.stack_path(env, root)), renders=renders
-    )
+    shown = display_path(config_mod.stack_path(env, root))
+    warnings = integrity.check_stack(cfg, shown, renders=renders)
     run = stackrun.run_checked(env, cfg, pins, renders=renders, root=root)
+    warnings += integrity.enforce(ordering.check(run.resources), shown)
     rendered = addons_sections(renders)
     redact = Redactor(root, stand_ins(run, cfg.region))
     resources = sorted(
