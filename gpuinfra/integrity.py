@@ -325,6 +325,60 @@ def quotas(state: State) -> list[Finding]:
                 found += _flavor_findings(obj, flavors, flavor, covered, g, f, state)
     if queued:
         found += _outside_queues(state)
+    return found + _volcano_queues(state)
+
+
+def _volcano_queues(state: State) -> list[Finding]:
+    """Volcano queues are cluster-wide: a capability above what every node together can give is
+    never reached; GPUs Kueue and Volcano both hand out are counted twice."""
+    total: dict[str, float] = {}
+    for nodes in state.nodes:
+        for resource, amount in nodes.allocatable.items():
+            total[resource] = total.get(resource, 0.0) + amount * nodes.count
+    found = []
+    volcano_gpus = 0.0
+    for _render, obj in _objects(state):
+        if obj.get("kind") != "Queue" or not str(obj.get("apiVersion", "")).startswith(
+            "scheduling.volcano.sh/"
+        ):
+            continue
+        for resource, value in sorted(obj.get("spec", {}).get("capability", {}).items()):
+            amount = quantity(value)
+            if _gpu_resource(resource):
+                volcano_gpus += amount
+            if amount > total.get(resource, 0.0):
+                found.append(
+                    Finding(
+                        "error",
+                        "quotas",
+                        _label(obj),
+                        f"spec.capability.{resource}",
+                        f"caps {resource} at {_shown(resource, amount)}, the cluster can give "
+                        f"{_shown(resource, total.get(resource, 0.0))} at its largest: lower it",
+                    )
+                )
+    kueue_gpus = sum(
+        quantity(resource.get("nominalQuota", 0))
+        for _render, obj in _objects(state)
+        if obj.get("kind") == "ClusterQueue"
+        for group in obj.get("spec", {}).get("resourceGroups", [])
+        for flavor in group.get("flavors", [])
+        for resource in flavor.get("resources", [])
+        if resource.get("name") == GPU_RESOURCE
+    )
+    gpus = total.get(GPU_RESOURCE, 0.0)
+    if volcano_gpus and kueue_gpus and volcano_gpus + kueue_gpus > gpus:
+        found.append(
+            Finding(
+                "warning",
+                "quotas",
+                "Volcano queues and the Kueue ClusterQueue",
+                "spec.capability",
+                f"together they hand out {volcano_gpus + kueue_gpus:g} GPUs of {gpus:g}: neither "
+                "sees what the other admitted, so jobs admitted by one can wait for GPUs the "
+                "other holds; split the GPUs between them",
+            )
+        )
     return found
 
 

@@ -176,3 +176,23 @@ def test_enforce_returns_warnings_and_raises_on_errors() -> None:
     with pytest.raises(ConfigError) as caught:
         integrity.enforce([warning, error], "f")
     assert caught.value.lines() == ["f: o p: e"]
+
+
+def volcano(*queues: dict[str, Any]) -> dict[str, Any]:
+    return {"enabled": True, "queues": list(queues)}
+
+
+def test_a_volcano_queue_capped_above_the_cluster_is_an_error() -> None:
+    cfg = stack("prod", volcano=volcano({"name": "training", "capability": {"nvidia.com/gpu": 64}}))
+    errors = [f for f in only(findings(cfg), "quotas") if f.severity == "error"]
+    (error,) = errors
+    assert error.object == "Queue training"
+    assert "caps nvidia.com/gpu at 64, the cluster can give 20 at its largest" in error.message
+
+
+def test_gpus_that_kueue_and_volcano_both_hand_out_are_a_warning() -> None:
+    cfg = stack("prod", volcano=volcano({"name": "training", "capability": {"nvidia.com/gpu": 16}}))
+    (warning,) = [f for f in only(findings(cfg), "quotas") if f.severity == "warning"]
+    assert "together they hand out 28 GPUs of 20" in warning.message
+    # The shipped split: 8 + 4 for Kueue, 8 for Volcano.
+    assert only(findings(config.load_stack("prod")), "quotas") == []
