@@ -27,6 +27,7 @@ from gpuinfra import addons, catalog
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.site import Site
 from gpuinfra.versions import Versions
 
 Severity = Literal["error", "warning"]
@@ -100,6 +101,8 @@ class State:
     nodes: tuple[Nodes, ...]
     # Components installed besides the add-ons' own releases (e.g. an EKS add-on).
     installed: frozenset[str] = field(default_factory=frozenset)
+    # Where a label on nodes is set, for the messages.
+    label_hint: str = "a node pool's labels"
 
 
 # --- what the nodes offer -------------------------------------------------------------------------
@@ -181,6 +184,66 @@ def stack_nodes(cfg: StackConfig) -> tuple[Nodes, ...]:
     return (system, *pools)
 
 
+UNKNOWN = float("inf")
+
+
+def _count(value: Any) -> int | None:
+    """A count set in an inventory (an int, or digits in a string), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def site_nodes(site: Site) -> tuple[Nodes, ...]:
+    """A site's Kubernetes nodes: one per GPU host, and the nodes the inventory does not list.
+
+    A GPU host is one with ``gpuinfra_k8s_node``. Its labels and taint are what
+    roles/gpu_node_registration has its kubelet register; its GPUs are the node check's
+    ``gpu_node_check_expected_gpu_count`` (not checked where that is unset). A site does not
+    declare CPU or memory, so those are not checked; nor the nodes without GPUs that the
+    inventory leaves out (the control plane and CPU workers), which are taken to run anything
+    that asks for no GPU.
+    """
+    gpu_taint = Taint(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])
+    nodes = [
+        Nodes(
+            name="the nodes the inventory does not list",
+            labels={},
+            taints=(),
+            allocatable={"cpu": UNKNOWN, "memory": UNKNOWN},
+            count=1,
+        )
+    ]
+    for host in sorted(site.hosts.values(), key=lambda h: h.name):
+        variables = host.vars
+        if variables.get("gpuinfra_k8s_node") is not True:
+            continue
+        labels = dict(variables.get("gpu_node_registration_labels") or {})
+        gpu_type = variables.get("gpu_node_registration_gpu_type")
+        if isinstance(gpu_type, str) and gpu_type:
+            labels[GPU_TYPE_LABEL] = gpu_type
+        tainted = variables.get("gpu_node_registration_taint", True) is not False
+        gpus = _count(variables.get("gpu_node_check_expected_gpu_count"))
+        nodes.append(
+            Nodes(
+                name=f"host {host.name}",
+                labels=labels,
+                taints=(gpu_taint,) if tainted else (),
+                allocatable={
+                    "cpu": UNKNOWN,
+                    "memory": UNKNOWN,
+                    GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus),
+                },
+                count=1,
+            )
+        )
+    return tuple(nodes)
+
+
 # --- quantities -----------------------------------------------------------------------------------
 
 _SUFFIXES = {
@@ -208,6 +271,8 @@ def quantity(value: Any) -> float:
 
 
 def _shown(resource: str, amount: float) -> str:
+    if amount == UNKNOWN:
+        return "unknown"
     if resource == "memory":
         return f"{amount / 1024**3:.1f}Gi"
     return f"{amount:g}"
@@ -294,7 +359,7 @@ def scheduling(state: State) -> list[Finding]:
                 "spec.template.spec",
                 f"no declared node can run it ({why})"
                 + (
-                    f"; its node selector {selector} must match a node pool's labels"
+                    f"; its node selector {selector} must match {state.label_hint}"
                     if selector and all(r.startswith("labels") for r in misfits.values())
                     else ""
                 ),
@@ -404,7 +469,8 @@ def _flavor_findings(
                 _label(queue),
                 path,
                 f"flavor {name} selects nodes labelled {shown}, and no declared node has them: "
-                "its quota can never be used; give a node pool that label or drop the flavor",
+                f"its quota can never be used; set {shown} in {state.label_hint} or drop the "
+                "flavor",
             )
         ]
     found = []
@@ -547,6 +613,14 @@ def stack_state(cfg: StackConfig, renders: Iterable[AddonRender]) -> State:
     return State(renders=tuple(renders), nodes=stack_nodes(cfg))
 
 
+def site_state(site: Site, renders: Iterable[AddonRender]) -> State:
+    return State(
+        renders=tuple(renders),
+        nodes=site_nodes(site),
+        label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
+    )
+
+
 def enforce(findings: Iterable[Finding], file: str) -> list[Finding]:
     """Raise ConfigError (exit 2) naming every error; return the warnings."""
     findings = list(findings)
@@ -567,3 +641,8 @@ def check_stack(
     if renders is None:
         renders = addons.render_all(cfg.addons, versions=versions)
     return enforce(check(stack_state(cfg, renders)), file)
+
+
+def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list[Finding]:
+    """The site's findings: raises on an error, returns the warnings."""
+    return enforce(check(site_state(site, renders)), file)

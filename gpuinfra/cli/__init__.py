@@ -98,7 +98,7 @@ def config_check(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
 ) -> None:
     """Validate a stack file or a site inventory; exit 2 with one line per problem."""
-    from gpuinfra import config, integrity
+    from gpuinfra import addons, config, integrity
     from gpuinfra import site as site_mod
     from gpuinfra.loading import display_path
 
@@ -113,6 +113,10 @@ def config_check(
     else:
         assert site is not None
         loaded = site_mod.load_site(site)
+        renders = addons.render_all(addons.settings_from_site(loaded))
+        warnings = integrity.check_site(loaded, display_path(site), renders=renders)
+        for warning in warnings:
+            out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
         out.print(f"site {loaded.name}: valid ({len(loaded.hosts)} hosts)")
 
 

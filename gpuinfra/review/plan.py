@@ -295,7 +295,9 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
         "versions": versions_section(pins),
     }
     renders = addons.render_all(addons.settings_from_site(site), versions=pins)
+    warnings = integrity.check_site(site, display_path(path), renders=renders)
     document.update(addons_sections(renders))
+    document["integrity"] = [w.document() for w in warnings]
     return document
 
 

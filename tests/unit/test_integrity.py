@@ -196,3 +196,56 @@ def test_gpus_that_kueue_and_volcano_both_hand_out_are_a_warning() -> None:
     assert "together they hand out 28 GPUs of 20" in warning.message
     # The shipped split: 8 + 4 for Kueue, 8 for Volcano.
     assert only(findings(config.load_stack("prod")), "quotas") == []
+
+
+def site_copy(tmp_path: Path, edit_hosts: dict[str, dict[str, Any]]) -> Path:
+    """inventory/example with some host variables replaced (None removes one)."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    hosts_file = site / "hosts.yml"
+    document = yaml.safe_load(hosts_file.read_text())
+    for name, changes in edit_hosts.items():
+        host = document["gpu_nodes"]["hosts"][name]
+        for key, value in changes.items():
+            if value is None:
+                host.pop(key, None)
+            else:
+                host[key] = value
+    hosts_file.write_text(yaml.safe_dump(document))
+    return site
+
+
+def site_findings(path: Path) -> list[integrity.Finding]:
+    from gpuinfra import site as site_mod
+
+    loaded = site_mod.load_site(path)
+    renders = addons.render_all(addons.settings_from_site(loaded))
+    return integrity.check(integrity.site_state(loaded, renders))
+
+
+def test_the_example_site_passes_with_no_error() -> None:
+    found = site_findings(ROOT / "inventory" / "example")
+    assert [f for f in found if f.severity == "error"] == []
+    # Triton's L4 replica sits outside Kueue's accounting: said, not refused.
+    assert [f.object for f in found] == ["Deployment triton/triton"]
+
+
+def test_a_site_whose_hosts_carry_no_gpu_type_cannot_run_triton_or_use_its_quotas(
+    tmp_path: Path,
+) -> None:
+    site = site_copy(tmp_path, {"gpu-node-02": {"gpu_node_registration_gpu_type": None}})
+    errors = [f for f in site_findings(site) if f.severity == "error"]
+    assert {f.rule for f in errors} == {"scheduling", "quotas"}
+    (flavor,) = [f for f in errors if f.rule == "quotas"]
+    assert "flavor l4 selects nodes labelled gpuinfra.dev/gpu-type=l4" in flavor.message
+    assert "gpu_node_registration_gpu_type" in flavor.message
+    result = run_cli("config", "check", "--site", str(site))
+    assert result.code == 2
+    assert "flavor l4 selects nodes" in result.stderr
+
+
+def test_a_site_quota_above_its_hosts_gpus_is_an_error(tmp_path: Path) -> None:
+    site = site_copy(tmp_path, {"gpu-node-01": {"gpu_node_check_expected_gpu_count": 4}})
+    (error,) = [f for f in site_findings(site) if f.severity == "error"]
+    assert "flavor h100 grants 8 nvidia.com/gpu" in error.message
+    assert "can give 4" in error.message
