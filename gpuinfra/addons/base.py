@@ -8,6 +8,7 @@ label the node pools set per GPU type.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -104,7 +105,7 @@ class AddonRender:
     values: dict[str, Any] = field(default_factory=dict)
     objects: list[dict[str, Any]] = field(default_factory=list)
     # Files the add-on ships besides objects, by relative path (Triton's config.pbtxt files).
-    files: dict[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
     # Secrets the Pulumi path generates before the release; never part of objects (which the
     # Ansible roles apply) nor of the rendered files.
     secrets: list[GeneratedSecret] = field(default_factory=list)

@@ -7,6 +7,7 @@ format, so a field Triton does not know cannot be written.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
@@ -350,6 +351,32 @@ def service_monitor(settings: TritonSettings) -> dict[str, Any]:
     }
 
 
+class ModelFiles(Mapping[str, str]):
+    """Each model's config.pbtxt by path, written on first read.
+
+    Writing them loads tritonclient (and numpy with it); a caller that reads only the objects,
+    such as ``config check``, does not pay for that.
+    """
+
+    def __init__(self, models: list[TritonModel]) -> None:
+        self._models = sorted(models, key=lambda m: m.name)
+        self._files: dict[str, str] | None = None
+
+    def _written(self) -> dict[str, str]:
+        if self._files is None:
+            self._files = {f"models/{m.name}/config.pbtxt": config_pbtxt(m) for m in self._models}
+        return self._files
+
+    def __getitem__(self, path: str) -> str:
+        return self._written()[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._written())
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
 def render(settings: TritonSettings, versions: Versions) -> AddonRender:
     return AddonRender(
         name="triton",
@@ -362,8 +389,5 @@ def render(settings: TritonSettings, versions: Versions) -> AddonRender:
             *([autoscaler(settings)] if settings.autoscaling else []),
             service_monitor(settings),
         ],
-        files={
-            f"models/{m.name}/config.pbtxt": config_pbtxt(m)
-            for m in sorted(settings.models, key=lambda m: m.name)
-        },
+        files=ModelFiles(settings.models),
     )

@@ -122,5 +122,5 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
         "chart": chart_data,
         "values": render.values,
         "objects": render.objects,
-        "files": render.files,
+        "files": dict(render.files),
     }

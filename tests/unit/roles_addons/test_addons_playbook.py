@@ -122,7 +122,7 @@ def test_roles_receive_exactly_the_specs_render(
             continue
         render = addons.render(addon, settings)
         # JSON round trip on both sides: the comparison is of data, not of Python types.
-        expected = json.loads(json.dumps([render.values, render.objects, render.files]))
+        expected = json.loads(json.dumps([render.values, render.objects, dict(render.files)]))
         assert [got["values"], got["objects"], got["files"]] == expected, addon
         assert (got["release"], got["namespace"]) == (render.release, render.namespace)
         if render.chart is None:
