@@ -21,6 +21,10 @@ PREFIX = os.environ.get("GPUINFRA_TEST_LAB_PREFIX", "gpuinfratest")
 PORT_BASE = int(os.environ.get("GPUINFRA_TEST_LAB_PORT_BASE", "2400"))
 CONVERGED = (f"{PREFIX}-1", f"{PREFIX}-2")
 FRESH = f"{PREFIX}-3"
+# The suite's converges of nodes.yml treat its hosts as Kubernetes nodes with an L4, so the
+# kubelet registration role runs. Extra vars, not the lab's group_vars: upgrade_driver.yml would
+# then try to drain the lab hosts from a cluster that does not exist.
+NODE_VARS = {"gpuinfra_k8s_node": True, "gpu_node_registration_gpu_type": "l4"}
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +65,9 @@ def nodes_playbook(repo_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def first_converge(inventory: Path, nodes_playbook: Path) -> runner.RunResult:
-    return runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+    return runner.converge(
+        nodes_playbook, inventory, limit=",".join(CONVERGED), extravars=NODE_VARS
+    )
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +75,9 @@ def second_converge(
     first_converge: runner.RunResult, inventory: Path, nodes_playbook: Path
 ) -> runner.RunResult:
     assert first_converge.ok, first_converge.failures
-    return runner.converge(nodes_playbook, inventory, limit=",".join(CONVERGED))
+    return runner.converge(
+        nodes_playbook, inventory, limit=",".join(CONVERGED), extravars=NODE_VARS
+    )
 
 
 def host_connection(settings: lab.Settings, name: str) -> testinfra.host.Host:

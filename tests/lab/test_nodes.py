@@ -15,9 +15,10 @@ import testinfra
 import yaml
 
 from gpuinfra import lab, versions
+from gpuinfra.addons.base import GPU_TAINT, GPU_TYPE_LABEL
 from gpuinfra.lab import runner
 
-from .conftest import CONVERGED, host_connection
+from .conftest import CONVERGED, NODE_VARS, host_connection
 
 pytestmark = pytest.mark.lab
 
@@ -94,6 +95,24 @@ def test_node_check_reports_no_gpu(
     assert on_host["summary"] == "no GPU present"
 
 
+KUBELET_DEFAULTS = "/etc/default/kubelet"
+KUBELET_LINE = (
+    f'KUBELET_EXTRA_ARGS="--node-labels={GPU_TYPE_LABEL}=l4 --register-with-taints='
+    f'{GPU_TAINT["key"]}={GPU_TAINT["value"]}:{GPU_TAINT["effect"]}"'
+)
+
+
+def test_kubelet_registers_the_gpu_type_label_and_the_gpu_taint(
+    first_converge: runner.RunResult, node: testinfra.host.Host
+) -> None:
+    lines = node.file(KUBELET_DEFAULTS).content_string.splitlines()
+    assert [line for line in lines if line.startswith("KUBELET_EXTRA_ARGS")] == [KUBELET_LINE]
+    managed = lines.index(KUBELET_LINE) - 1
+    assert lines[managed].startswith("# KUBELET_EXTRA_ARGS is managed by gpuinfra"), lines
+    # The lab has no kubelet: the handler says so instead of restarting one.
+    assert "kubelet.service" not in node.check_output("systemctl list-unit-files --no-legend")
+
+
 def test_second_converge_changes_nothing(second_converge: runner.RunResult) -> None:
     assert second_converge.ok, second_converge.failures
     assert second_converge.changed() == dict.fromkeys(CONVERGED, 0)
@@ -136,10 +155,11 @@ def test_drift_on_a_converged_host_is_put_back_and_a_changed_input_is_written(
     host.run_expect(
         [0],
         f"echo '# local edit' >> {PREF} && chmod 600 {NOUVEAU} && rm {DROPIN}"
-        " && systemctl stop containerd && apt-mark unhold nvidia-smi",
+        " && systemctl stop containerd && apt-mark unhold nvidia-smi"
+        f" && sed -i 's/^KUBELET_EXTRA_ARGS=.*/KUBELET_EXTRA_ARGS=--local-edit/' {KUBELET_DEFAULTS}",
     )
 
-    repaired = runner.converge(nodes_playbook, inventory, limit=name)
+    repaired = runner.converge(nodes_playbook, inventory, limit=name, extravars=NODE_VARS)
     assert repaired.ok, repaired.failures
     assert repaired.changed()[name] > 0
     assert host.file(PREF).content_string == pref
@@ -147,15 +167,18 @@ def test_drift_on_a_converged_host_is_put_back_and_a_changed_input_is_written(
     assert host.file(DROPIN).content_string == dropin
     assert host.service("containerd").is_running
     assert "nvidia-smi" in host.check_output("apt-mark showhold").split()
+    assert KUBELET_LINE in host.file(KUBELET_DEFAULTS).content_string.splitlines()
 
     # An input that only a template reads: the stamp's fingerprint changes, the file is written.
     extra = {"nvidia_driver_unattended_blacklist": ["nvidia-", "gpuinfra-test-"]}
-    changed = runner.converge(nodes_playbook, inventory, limit=name, extravars=extra)
+    changed = runner.converge(
+        nodes_playbook, inventory, limit=name, extravars={**NODE_VARS, **extra}
+    )
     assert changed.ok, changed.failures
     assert '"gpuinfra-test-";' in host.file(UNATTENDED).content_string
 
-    back = runner.converge(nodes_playbook, inventory, limit=name)
+    back = runner.converge(nodes_playbook, inventory, limit=name, extravars=NODE_VARS)
     assert back.ok, back.failures
     assert '"gpuinfra-test-";' not in host.file(UNATTENDED).content_string
-    again = runner.converge(nodes_playbook, inventory, limit=name)
+    again = runner.converge(nodes_playbook, inventory, limit=name, extravars=NODE_VARS)
     assert again.changed() == {name: 0}
