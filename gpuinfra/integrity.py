@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpuinfra import addons, catalog
+from gpuinfra import addons, catalog, chartdata
+from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
@@ -93,6 +94,9 @@ class Nodes:
     taints: tuple[Taint, ...]
     allocatable: Mapping[str, float]
     count: int
+    # Why a GPU reaches no container here when the GPU Operator hands devices out through CDI
+    # and the pod names no runtime class ('' where it does).
+    cdi_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class State:
     installed: frozenset[str] = field(default_factory=frozenset)
     # Where a label on nodes is set, for the messages.
     label_hint: str = "a node pool's labels"
+    # Whether the GPU Operator's device plugin hands devices out through CDI.
+    cdi: bool = False
 
 
 # --- what the nodes offer -------------------------------------------------------------------------
@@ -198,7 +204,25 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def site_nodes(site: Site) -> tuple[Nodes, ...]:
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+def _cdi_problem(variables: Mapping[str, Any], containerd: str) -> str:
+    """Why the host's runtime gives a CDI-handed GPU to no pod without a runtime class."""
+    runtimes = variables.get("nvidia_container_toolkit_runtimes", ["containerd"])
+    if "containerd" not in (runtimes or []) or _version(containerd) >= (1, 7):
+        return ""
+    if variables.get("nvidia_container_toolkit_default_runtime") is True:
+        return ""
+    return (
+        f"containerd {containerd} has no CDI support (1.7 added it) and nvidia is not its default "
+        "runtime, so the GPU the device plugin hands out through CDI reaches no container: set "
+        "nvidia_container_toolkit_default_runtime: true, or give the pod runtimeClassName: nvidia"
+    )
+
+
+def site_nodes(site: Site, containerd: str = "") -> tuple[Nodes, ...]:
     """A site's Kubernetes nodes: one per GPU host, and the nodes the inventory does not list.
 
     A GPU host is one with ``gpuinfra_k8s_node``. Its labels and taint are what
@@ -239,6 +263,7 @@ def site_nodes(site: Site) -> tuple[Nodes, ...]:
                     GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus),
                 },
                 count=1,
+                cdi_problem=_cdi_problem(variables, containerd) if containerd else "",
             )
         )
     return tuple(nodes)
@@ -315,7 +340,7 @@ def _requests(pod: Mapping[str, Any]) -> dict[str, float]:
     return total
 
 
-def _misfit(pod: Mapping[str, Any], nodes: Nodes) -> str:
+def _misfit(pod: Mapping[str, Any], nodes: Nodes, cdi: bool = False) -> str:
     """Why a pod cannot run on ``nodes``, or ''."""
     selector = pod.get("nodeSelector", {})
     wrong = {k: v for k, v in selector.items() if nodes.labels.get(k) != v}
@@ -330,13 +355,17 @@ def _misfit(pod: Mapping[str, Any], nodes: Nodes) -> str:
     if untolerated:
         t = untolerated[0]
         return f"taint {t.key}={t.value}:{t.effect} not tolerated"
-    for resource, amount in sorted(_requests(pod).items()):
+    requests = _requests(pod)
+    for resource, amount in sorted(requests.items()):
         offered = nodes.allocatable.get(resource, 0.0)
         if amount > offered:
             return (
                 f"{resource} {_shown(resource, amount)} requested, "
                 f"{_shown(resource, offered)} allocatable"
             )
+    asks_gpu = any(_gpu_resource(r) for r in requests)
+    if cdi and asks_gpu and nodes.cdi_problem and not pod.get("runtimeClassName"):
+        return nodes.cdi_problem
     return ""
 
 
@@ -346,7 +375,7 @@ def scheduling(state: State) -> list[Finding]:
         if obj.get("kind") not in WORKLOAD_KINDS:
             continue
         pod = obj.get("spec", {}).get("template", {}).get("spec", {})
-        misfits = {nodes.name: _misfit(pod, nodes) for nodes in state.nodes}
+        misfits = {nodes.name: _misfit(pod, nodes, state.cdi) for nodes in state.nodes}
         if any(reason == "" for reason in misfits.values()):
             continue
         selector = ", ".join(f"{k}={v}" for k, v in pod.get("nodeSelector", {}).items())
@@ -613,10 +642,24 @@ def stack_state(cfg: StackConfig, renders: Iterable[AddonRender]) -> State:
     return State(renders=tuple(renders), nodes=stack_nodes(cfg))
 
 
-def site_state(site: Site, renders: Iterable[AddonRender]) -> State:
+def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
+    """Whether the GPU Operator, if installed, hands GPUs out through CDI (its chart's default)."""
+    for render in renders:
+        if render.name == "gpu_operator" and render.chart is not None:
+            default = chartdata.load_values(render.chart.name, render.chart.version).get("cdi", {})
+            return bool({**default, **render.values.get("cdi", {})}.get("enabled", False))
+    return False
+
+
+def site_state(
+    site: Site, renders: Iterable[AddonRender], versions: Versions | None = None
+) -> State:
+    renders = tuple(renders)
+    pins = versions or versions_mod.pinned()
     return State(
-        renders=tuple(renders),
-        nodes=site_nodes(site),
+        renders=renders,
+        nodes=site_nodes(site, containerd=pins.containerd.version),
+        cdi=cdi_enabled(renders),
         label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
     )
 

@@ -249,3 +249,36 @@ def test_a_site_quota_above_its_hosts_gpus_is_an_error(tmp_path: Path) -> None:
     (error,) = [f for f in site_findings(site) if f.severity == "error"]
     assert "flavor h100 grants 8 nvidia.com/gpu" in error.message
     assert "can give 4" in error.message
+
+
+def test_a_gpu_pod_on_containerd_16_without_the_nvidia_default_runtime_gets_no_gpu(
+    tmp_path: Path,
+) -> None:
+    site = site_copy(tmp_path, {})
+    toolkit = site / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
+    toolkit.write_text(
+        toolkit.read_text().replace(
+            "nvidia_container_toolkit_default_runtime: true",
+            "nvidia_container_toolkit_default_runtime: false",
+        )
+    )
+    (error,) = [f for f in site_findings(site) if f.severity == "error"]
+    assert error.object == "Deployment triton/triton"
+    assert "host gpu-node-02: containerd 1.6.20 has no CDI support" in error.message
+    assert "set nvidia_container_toolkit_default_runtime: true" in error.message
+
+
+def test_a_runtime_class_or_cdi_off_lets_the_gpu_reach_the_pod() -> None:
+    gpu = integrity.Nodes(
+        name="host a",
+        labels={},
+        taints=(),
+        allocatable={"nvidia.com/gpu": 1.0},
+        count=1,
+        cdi_problem="no CDI",
+    )
+    pod: dict[str, Any] = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    assert integrity._misfit(pod, gpu, cdi=True) == "no CDI"
+    assert integrity._misfit({**pod, "runtimeClassName": "nvidia"}, gpu, cdi=True) == ""
+    assert integrity._misfit(pod, gpu, cdi=False) == ""
+    assert integrity._misfit({"containers": [{}]}, gpu, cdi=True) == ""
