@@ -21,14 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from gpuinfra import addons, catalog, chartdata
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
+from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, GpuOperatorSettings
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
-from gpuinfra.site import Site
+from gpuinfra.site import Site, load_site
 from gpuinfra.versions import Versions
 
 Severity = Literal["error", "warning"]
@@ -97,6 +99,10 @@ class Nodes:
     # Why a GPU reaches no container here when the GPU Operator hands devices out through CDI
     # and the pod names no runtime class ('' where it does).
     cdi_problem: str = ""
+    # The MIG layout its GPUs are split into ('' for none), and the MIG mode its node check
+    # expects (None where no node check is configured).
+    mig_layout: str = ""
+    expected_mig_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,7 +228,22 @@ def _cdi_problem(variables: Mapping[str, Any], containerd: str) -> str:
     )
 
 
-def site_nodes(site: Site, containerd: str = "") -> tuple[Nodes, ...]:
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+
+
+def _mig_offer(gpus: float, layout: Mapping[str, int], strategy: str) -> dict[str, float]:
+    """What a node offers once every GPU is split by ``layout`` (mig-parted's devices: all)."""
+    if strategy == "mixed":
+        return {GPU_RESOURCE: 0.0} | {
+            f"nvidia.com/mig-{profile}": count * gpus for profile, count in layout.items()
+        }
+    # single: each slice is one nvidia.com/gpu.
+    return {GPU_RESOURCE: sum(layout.values()) * gpus}
+
+
+def site_nodes(
+    site: Site, containerd: str = "", operator: GpuOperatorSettings | None = None
+) -> tuple[Nodes, ...]:
     """A site's Kubernetes nodes: one per GPU host, and the nodes the inventory does not list.
 
     A GPU host is one with ``gpuinfra_k8s_node``. Its labels and taint are what
@@ -252,18 +273,25 @@ def site_nodes(site: Site, containerd: str = "") -> tuple[Nodes, ...]:
             labels[GPU_TYPE_LABEL] = gpu_type
         tainted = variables.get("gpu_node_registration_taint", True) is not False
         gpus = _count(variables.get("gpu_node_check_expected_gpu_count"))
+        offer: dict[str, float] = {GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus)}
+        layout = ""
+        if operator is not None and operator.enabled and operator.mig_strategy != "none":
+            layout = labels.get(MIG_CONFIG_LABEL, operator.mig_default_profile)
+            if layout == MIG_ALL_DISABLED or layout not in operator.mig_profiles:
+                layout = ""
+            elif gpus is not None:
+                offer = _mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)
+        mode = variables.get("gpu_node_check_mig_mode")
         nodes.append(
             Nodes(
                 name=f"host {host.name}",
                 labels=labels,
                 taints=(gpu_taint,) if tainted else (),
-                allocatable={
-                    "cpu": UNKNOWN,
-                    "memory": UNKNOWN,
-                    GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus),
-                },
+                allocatable={"cpu": UNKNOWN, "memory": UNKNOWN, **offer},
                 count=1,
                 cdi_problem=_cdi_problem(variables, containerd) if containerd else "",
+                mig_layout=layout,
+                expected_mig_mode=mode if isinstance(mode, str) else None,
             )
         )
     return tuple(nodes)
@@ -629,7 +657,39 @@ def references(state: State) -> list[Finding]:
     return found
 
 
-RULES = (references, scheduling, quotas, autoscaling)
+def node_checks(state: State) -> list[Finding]:
+    """The node check expects the MIG mode the GPU Operator gives the node's GPUs."""
+    found = []
+    for nodes in state.nodes:
+        expected = nodes.expected_mig_mode
+        if nodes.mig_layout and expected == "disabled":
+            found.append(
+                Finding(
+                    "error",
+                    "node_checks",
+                    nodes.name,
+                    "gpu_node_check_mig_mode",
+                    f"the GPU Operator splits its GPUs by the MIG layout {nodes.mig_layout}, and "
+                    "its node check expects MIG disabled: every check of it would fail; set "
+                    "gpu_node_check_mig_mode: enabled (or any) for it, or label it "
+                    f"{MIG_CONFIG_LABEL}={MIG_ALL_DISABLED}",
+                )
+            )
+        elif not nodes.mig_layout and expected == "enabled":
+            found.append(
+                Finding(
+                    "error",
+                    "node_checks",
+                    nodes.name,
+                    "gpu_node_check_mig_mode",
+                    "its node check expects MIG enabled, and no MIG layout applies to it: set "
+                    f"gpu_node_check_mig_mode: disabled, or label it {MIG_CONFIG_LABEL}=<layout>",
+                )
+            )
+    return found
+
+
+RULES = (references, scheduling, quotas, autoscaling, node_checks)
 
 
 def check(state: State) -> list[Finding]:
@@ -651,6 +711,11 @@ def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
     return False
 
 
+def site_nodes_of(path: Path) -> tuple[Nodes, ...]:
+    """The nodes of the site inventory at ``path``, as the check sees them."""
+    return site_state(load_site(path), ()).nodes
+
+
 def site_state(
     site: Site, renders: Iterable[AddonRender], versions: Versions | None = None
 ) -> State:
@@ -658,7 +723,11 @@ def site_state(
     pins = versions or versions_mod.pinned()
     return State(
         renders=renders,
-        nodes=site_nodes(site, containerd=pins.containerd.version),
+        nodes=site_nodes(
+            site,
+            containerd=pins.containerd.version,
+            operator=addons.settings_from_site(site).gpu_operator,
+        ),
         cdi=cdi_enabled(renders),
         label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
     )

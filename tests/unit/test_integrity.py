@@ -282,3 +282,28 @@ def test_a_runtime_class_or_cdi_off_lets_the_gpu_reach_the_pod() -> None:
     assert integrity._misfit({**pod, "runtimeClassName": "nvidia"}, gpu, cdi=True) == ""
     assert integrity._misfit(pod, gpu, cdi=False) == ""
     assert integrity._misfit({"containers": [{}]}, gpu, cdi=True) == ""
+
+
+def test_a_host_split_by_a_mig_layout_offers_slices_and_needs_its_node_check_to_agree(
+    tmp_path: Path,
+) -> None:
+    labels = {"nvidia.com/mig.config": "inference"}
+    site = site_copy(tmp_path, {"gpu-node-01": {"gpu_node_registration_labels": labels}})
+    found = site_findings(site)
+    (check,) = only(found, "node_checks")
+    assert check.object == "host gpu-node-01"
+    assert "splits its GPUs by the MIG layout inference" in check.message
+    assert "expects MIG disabled" in check.message
+    quota = {f.severity: f.message for f in only(found, "quotas") if "h100" in f.message}
+    # Seven 1g.10gb slices per GPU, eight GPUs: no whole GPU left for the h100 flavor.
+    assert "flavor h100 grants 8 nvidia.com/gpu" in quota["error"]
+    assert "offer nvidia.com/mig-1g.10gb, which the queue does not cover" in quota["warning"]
+    nodes = {n.name: n for n in integrity.site_nodes_of(site)}
+    assert nodes["host gpu-node-01"].allocatable["nvidia.com/mig-1g.10gb"] == 56
+
+
+def test_a_node_check_expecting_mig_where_no_layout_applies_is_an_error(tmp_path: Path) -> None:
+    site = site_copy(tmp_path, {"gpu-node-02": {"gpu_node_check_mig_mode": "enabled"}})
+    (check,) = only(site_findings(site), "node_checks")
+    assert check.object == "host gpu-node-02"
+    assert "expects MIG enabled, and no MIG layout applies" in check.message
