@@ -4,7 +4,8 @@ Every Helm value and object comes from ``gpuinfra.addons.render_all``; this comp
 turns each render into a Helm release at the pinned chart version and one resource per extra
 object, after the Namespaces they name and the Secrets the render declares (passwords generated
 by pulumi-random, kept secret in state). On EKS the GPU AMI ships the NVIDIA driver and
-container toolkit, so the GPU Operator must run in host-driver mode: a render that would start driver or toolkit containers is refused.
+container toolkit, so the GPU Operator must run in host-driver mode: a render that would start
+driver or toolkit containers is refused.
 """
 
 from __future__ import annotations

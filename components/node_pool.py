@@ -16,8 +16,8 @@ import pulumi_aws as aws
 from pydantic import ConfigDict, SkipValidation
 
 from components.validation import raise_findings, require_tags
-from gpuinfra import catalog
-from gpuinfra.addons.base import GPU_TAINT, GPU_TYPE_LABEL
+from gpuinfra import catalog, integrity
+from gpuinfra.addons.base import GPU_TAINT
 from gpuinfra.config import POOL_LABEL, CapacityType, Finding, NodePoolConfig, node_pool_findings
 
 # The EKS API spells taint effects in upper snake case (NoSchedule -> NO_SCHEDULE).
@@ -71,7 +71,7 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpuinfra:node_pool:GpuNodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, POOL_LABEL: args.name}
-        self.labels = {**args.labels, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: args.name}
+        self.labels = integrity.pool_labels(args.name, args.instance_type, args.labels)
 
         placement: aws.ec2.LaunchTemplatePlacementArgs | None = None
         self.placement_group_name = None

@@ -20,8 +20,7 @@ plain data, so the same functions serve a site's host groups.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuinfra import addons, catalog, chartdata
@@ -30,7 +29,7 @@ from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonR
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, GpuOperatorSettings
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
-from gpuinfra.site import Site, load_site
+from gpuinfra.site import Site
 from gpuinfra.versions import Versions
 
 Severity = Literal["error", "warning"]
@@ -109,8 +108,6 @@ class Nodes:
 class State:
     renders: tuple[AddonRender, ...]
     nodes: tuple[Nodes, ...]
-    # Components installed besides the add-ons' own releases (e.g. an EKS add-on).
-    installed: frozenset[str] = field(default_factory=frozenset)
     # Where a label on nodes is set, for the messages.
     label_hint: str = "a node pool's labels"
     # Whether the GPU Operator's device plugin hands devices out through CDI.
@@ -593,11 +590,9 @@ def _outside_queues(state: State) -> list[Finding]:
 
 
 def autoscaling(state: State) -> list[Finding]:
-    installed = (
-        set(state.installed)
-        | {r.release for r in state.renders}
-        | {r.name.replace("_", "-") for r in state.renders}
-    )
+    installed = {r.release for r in state.renders} | {
+        r.name.replace("_", "-") for r in state.renders
+    }
     found = []
     for _render, obj in _objects(state):
         if obj.get("kind") != "HorizontalPodAutoscaler":
@@ -620,41 +615,21 @@ def autoscaling(state: State) -> list[Finding]:
 
 
 def references(state: State) -> list[Finding]:
-    created = {r.namespace for r in state.renders} | {
-        obj["metadata"]["name"] for _r, obj in _objects(state) if obj.get("kind") == "Namespace"
-    }
-    # Both paths create the namespaces the add-ons' objects name (ClusterAddons, and the
-    # add-on roles' prepare step), besides each release's own.
-    created |= {
-        obj["metadata"]["namespace"]
-        for _r, obj in _objects(state)
-        if obj.get("metadata", {}).get("namespace")
-    }
-    found = []
-    for _render, obj in _objects(state):
-        kind = obj.get("kind", "")
-        namespace = obj.get("metadata", {}).get("namespace")
-        if kind not in CLUSTER_SCOPED and not namespace:
-            found.append(
-                Finding(
-                    "error",
-                    "references",
-                    _label(obj),
-                    "metadata.namespace",
-                    f"a {kind} lives in a namespace; name one",
-                )
-            )
-        elif namespace and namespace not in created:
-            found.append(
-                Finding(
-                    "error",
-                    "references",
-                    _label(obj),
-                    "metadata.namespace",
-                    f"namespace {namespace} is created by nothing in this apply",
-                )
-            )
-    return found
+    """Every namespaced object names its namespace. Both paths create every namespace an object
+    names (ClusterAddons, and the add-on roles' prepare step), so naming one is enough; the order
+    rule (gpuinfra/review/ordering.py) checks that the object waits for it."""
+    return [
+        Finding(
+            "error",
+            "references",
+            _label(obj),
+            "metadata.namespace",
+            f"a {obj.get('kind', '')} lives in a namespace; name one",
+        )
+        for _render, obj in _objects(state)
+        if obj.get("kind", "") not in CLUSTER_SCOPED
+        and not obj.get("metadata", {}).get("namespace")
+    ]
 
 
 def node_checks(state: State) -> list[Finding]:
@@ -663,29 +638,22 @@ def node_checks(state: State) -> list[Finding]:
     for nodes in state.nodes:
         expected = nodes.expected_mig_mode
         if nodes.mig_layout and expected == "disabled":
-            found.append(
-                Finding(
-                    "error",
-                    "node_checks",
-                    nodes.name,
-                    "gpu_node_check_mig_mode",
-                    f"the GPU Operator splits its GPUs by the MIG layout {nodes.mig_layout}, and "
-                    "its node check expects MIG disabled: every check of it would fail; set "
-                    "gpu_node_check_mig_mode: enabled (or any) for it, or label it "
-                    f"{MIG_CONFIG_LABEL}={MIG_ALL_DISABLED}",
-                )
+            message = (
+                f"the GPU Operator splits its GPUs by the MIG layout {nodes.mig_layout}, and its "
+                "node check expects MIG disabled: every check of it would fail; set "
+                "gpu_node_check_mig_mode: enabled (or any) for it, or label it "
+                f"{MIG_CONFIG_LABEL}={MIG_ALL_DISABLED}"
             )
         elif not nodes.mig_layout and expected == "enabled":
-            found.append(
-                Finding(
-                    "error",
-                    "node_checks",
-                    nodes.name,
-                    "gpu_node_check_mig_mode",
-                    "its node check expects MIG enabled, and no MIG layout applies to it: set "
-                    f"gpu_node_check_mig_mode: disabled, or label it {MIG_CONFIG_LABEL}=<layout>",
-                )
+            message = (
+                "its node check expects MIG enabled, and no MIG layout applies to it: set "
+                f"gpu_node_check_mig_mode: disabled, or label it {MIG_CONFIG_LABEL}=<layout>"
             )
+        else:
+            continue
+        found.append(
+            Finding("error", "node_checks", nodes.name, "gpu_node_check_mig_mode", message)
+        )
     return found
 
 
@@ -709,11 +677,6 @@ def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
             default = chartdata.load_values(render.chart.name, render.chart.version).get("cdi", {})
             return bool({**default, **render.values.get("cdi", {})}.get("enabled", False))
     return False
-
-
-def site_nodes_of(path: Path) -> tuple[Nodes, ...]:
-    """The nodes of the site inventory at ``path``, as the check sees them."""
-    return site_state(load_site(path), ()).nodes
 
 
 def site_state(

@@ -81,25 +81,21 @@ def _reachable(resources: Sequence[Resource]) -> dict[str, set[str]]:
         if r.parent is not None:
             children.setdefault(r.parent, set()).add(r.name)
     components = {r.name for r in resources if not r.custom}
-    closure: dict[str, set[str]] = {}
 
-    def walk(name: str, seen: set[str]) -> set[str]:
-        if name in closure:
-            return closure[name]
+    def walk(name: str) -> set[str]:
         found: set[str] = set()
         stack = list(direct.get(name, ()))
         while stack:
             dependency = stack.pop()
-            if dependency in found or dependency in seen:
+            if dependency in found or dependency == name:
                 continue
             found.add(dependency)
             stack.extend(direct.get(dependency, ()))
             if dependency in components:
                 stack.extend(children.get(dependency, ()))
-        closure[name] = found
         return found
 
-    return {r.name: walk(r.name, {r.name}) for r in resources}
+    return {r.name: walk(r.name) for r in resources}
 
 
 def _crd_owners(resources: Sequence[Resource]) -> dict[tuple[str, str], str]:

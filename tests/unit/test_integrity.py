@@ -118,29 +118,20 @@ def test_an_autoscaler_without_a_metrics_server_is_an_error() -> None:
     assert triton.objects[0]["spec"]["replicas"] == 1
 
 
-def test_an_object_in_no_namespace_or_an_uncreated_one_is_an_error() -> None:
+def test_a_namespaced_object_without_a_namespace_is_an_error() -> None:
     loose = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "loose"}}
-    render = AddonRender(name="x", release="x", namespace="x", chart=None, objects=[loose])
-    state = integrity.State(renders=(render,), nodes=())
-    (error,) = integrity.references(state)
-    assert error.message == "a ConfigMap lives in a namespace; name one"
-    assert (
-        integrity.references(
-            integrity.State(renders=(render,), nodes=()).__class__(
-                renders=(
-                    AddonRender(
-                        name="y",
-                        release="y",
-                        namespace="y",
-                        chart=None,
-                        objects=[{**loose, "metadata": {"name": "ok", "namespace": "y"}}],
-                    ),
-                ),
-                nodes=(),
-            )
-        )
-        == []
+    placed = {**loose, "metadata": {"name": "placed", "namespace": "x"}}
+    queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "q"},
+    }
+    render = AddonRender(
+        name="x", release="x", namespace="x", chart=None, objects=[loose, placed, queue]
     )
+    (error,) = integrity.references(integrity.State(renders=(render,), nodes=()))
+    assert error.object == "ConfigMap loose"
+    assert error.message == "a ConfigMap lives in a namespace; name one"
 
 
 def test_quantities_read_as_kubernetes_writes_them() -> None:
@@ -298,7 +289,9 @@ def test_a_host_split_by_a_mig_layout_offers_slices_and_needs_its_node_check_to_
     # Seven 1g.10gb slices per GPU, eight GPUs: no whole GPU left for the h100 flavor.
     assert "flavor h100 grants 8 nvidia.com/gpu" in quota["error"]
     assert "offer nvidia.com/mig-1g.10gb, which the queue does not cover" in quota["warning"]
-    nodes = {n.name: n for n in integrity.site_nodes_of(site)}
+    from gpuinfra import site as site_mod
+
+    nodes = {n.name: n for n in integrity.site_state(site_mod.load_site(site), ()).nodes}
     assert nodes["host gpu-node-01"].allocatable["nvidia.com/mig-1g.10gb"] == 56
 
 
