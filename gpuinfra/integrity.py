@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuinfra import addons, catalog, chartdata
+from gpuinfra import addons, catalog, chartdata, gpus
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, GpuOperatorSettings
@@ -102,6 +102,11 @@ class Nodes:
     # expects (None where no node check is configured).
     mig_layout: str = ""
     expected_mig_mode: str | None = None
+    # Its GPU model (lower case, as gpus.GPU_MIN_BRANCH names it; '' where unknown), the driver
+    # build it runs and where that build is pinned ('' for nodes without GPUs).
+    gpu: str = ""
+    driver: str = ""
+    driver_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,9 +175,13 @@ def pool_labels(name: str, instance_type: str, extra: Mapping[str, str]) -> dict
     return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name}
 
 
-def stack_nodes(cfg: StackConfig) -> tuple[Nodes, ...]:
-    """The stack's node pools, and the CPU node group gpuinfra adds beside them."""
+def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nodes, ...]:
+    """The stack's node pools, and the CPU node group gpuinfra adds beside them.
+
+    GPU nodes run the EKS GPU AMI, whose driver the node check adopts as
+    ``nvidia_driver.preinstalled``."""
     gpu_taint = Taint(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])
+    driver = (versions or versions_mod.pinned()).driver("preinstalled").version
     pools = [
         Nodes(
             name=f"node pool {pool.name}",
@@ -180,6 +189,9 @@ def stack_nodes(cfg: StackConfig) -> tuple[Nodes, ...]:
             taints=(gpu_taint,),
             allocatable=allocatable(pool.instance_type),
             count=pool.max_size,
+            gpu=catalog.instance_types()[pool.instance_type].gpu_name,
+            driver=driver,
+            driver_key="nvidia_driver.preinstalled (the EKS GPU AMI's driver)",
         )
         for pool in cfg.node_pools
     ]
@@ -239,7 +251,10 @@ def _mig_offer(gpus: float, layout: Mapping[str, int], strategy: str) -> dict[st
 
 
 def site_nodes(
-    site: Site, containerd: str = "", operator: GpuOperatorSettings | None = None
+    site: Site,
+    containerd: str = "",
+    operator: GpuOperatorSettings | None = None,
+    versions: Versions | None = None,
 ) -> tuple[Nodes, ...]:
     """A site's Kubernetes nodes: one per GPU host, and the nodes the inventory does not list.
 
@@ -279,6 +294,10 @@ def site_nodes(
             elif gpus is not None:
                 offer = _mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)
         mode = variables.get("gpu_node_check_mig_mode")
+        source = str(variables.get("nvidia_driver_source", "distro"))
+        driver = ""
+        if versions is not None and source in type(versions.nvidia_driver).model_fields:
+            driver = versions.driver(source).version
         nodes.append(
             Nodes(
                 name=f"host {host.name}",
@@ -289,6 +308,9 @@ def site_nodes(
                 cdi_problem=_cdi_problem(variables, containerd) if containerd else "",
                 mig_layout=layout,
                 expected_mig_mode=mode if isinstance(mode, str) else None,
+                gpu=gpu_type.lower() if isinstance(gpu_type, str) else "",
+                driver=driver,
+                driver_key=f"nvidia_driver.{source}",
             )
         )
     return tuple(nodes)
@@ -657,7 +679,60 @@ def node_checks(state: State) -> list[Finding]:
     return found
 
 
-RULES = (references, scheduling, quotas, autoscaling, node_checks)
+def _image_tag(pod: Mapping[str, Any]) -> str:
+    images = [c.get("image", "") for c in pod.get("containers", [])]
+    return next((i.rpartition(":")[2] for i in images if ":" in i), "")
+
+
+def drivers(state: State) -> list[Finding]:
+    """Each GPU node's driver supports its GPU model, and runs the CUDA of the NGC images
+    (Triton's) that can be scheduled on it."""
+    found = []
+    for nodes in state.nodes:
+        branch = versions_mod.parse(nodes.driver)[:1]
+        needed = gpus.GPU_MIN_BRANCH.get(nodes.gpu)
+        if branch and needed and branch[0] < needed:
+            found.append(
+                Finding(
+                    "error",
+                    "drivers",
+                    nodes.name,
+                    nodes.driver_key,
+                    f"the {nodes.gpu.upper()} needs driver branch {needed} or newer "
+                    f"({gpus.GPU_TABLE_SOURCE}); the pinned build is {nodes.driver}: pin a "
+                    "newer branch for it, or use another install source",
+                )
+            )
+    for _render, obj in _objects(state):
+        if obj.get("kind") not in WORKLOAD_KINDS:
+            continue
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        needs = gpus.image_driver(_image_tag(pod))
+        if needs is None or not any(_gpu_resource(r) for r in _requests(pod)):
+            continue
+        for nodes in state.nodes:
+            if not nodes.driver or _misfit(pod, nodes):
+                continue
+            if not gpus.runs_image(nodes.driver, nodes.gpu, needs):
+                forward = ", ".join(f"{b}+" for b in needs.forward_compatible)
+                found.append(
+                    Finding(
+                        "error",
+                        "drivers",
+                        _label(obj),
+                        "spec.template.spec.containers[].image",
+                        f"its image {_image_tag(pod)} is built on CUDA {needs.cuda}, which needs "
+                        f"driver {needs.native} or newer (on a data center GPU also {forward}; "
+                        f"{gpus.IMAGE_TABLE_SOURCE}); {nodes.name} runs {nodes.driver} "
+                        f"({nodes.driver_key}) on "
+                        f"{('a ' + nodes.gpu.upper()) if nodes.gpu else 'a GPU of unknown model'}: "
+                        "pin a newer driver, or select other nodes",
+                    )
+                )
+    return found
+
+
+RULES = (references, scheduling, quotas, autoscaling, node_checks, drivers)
 
 
 def check(state: State) -> list[Finding]:
@@ -666,8 +741,10 @@ def check(state: State) -> list[Finding]:
     return sorted(found, key=lambda f: (f.severity != "error", f.rule, f.object, f.path))
 
 
-def stack_state(cfg: StackConfig, renders: Iterable[AddonRender]) -> State:
-    return State(renders=tuple(renders), nodes=stack_nodes(cfg))
+def stack_state(
+    cfg: StackConfig, renders: Iterable[AddonRender], versions: Versions | None = None
+) -> State:
+    return State(renders=tuple(renders), nodes=stack_nodes(cfg, versions))
 
 
 def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
@@ -690,6 +767,7 @@ def site_state(
             site,
             containerd=pins.containerd.version,
             operator=addons.settings_from_site(site).gpu_operator,
+            versions=pins,
         ),
         cdi=cdi_enabled(renders),
         label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
@@ -715,7 +793,7 @@ def check_stack(
     """The stack's findings: raises on an error, returns the warnings."""
     if renders is None:
         renders = addons.render_all(cfg.addons, versions=versions)
-    return enforce(check(stack_state(cfg, renders)), file)
+    return enforce(check(stack_state(cfg, renders, versions)), file)
 
 
 def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list[Finding]:

@@ -300,3 +300,54 @@ def test_a_node_check_expecting_mig_where_no_layout_applies_is_an_error(tmp_path
     (check,) = only(site_findings(site), "node_checks")
     assert check.object == "host gpu-node-02"
     assert "expects MIG enabled, and no MIG layout applies" in check.message
+
+
+def test_a_gpu_newer_than_the_pinned_driver_branch_is_an_error(tmp_path: Path) -> None:
+    # Debian 12's 535 branch predates the H200 (R550).
+    site = site_copy(tmp_path, {"gpu-node-01": {"gpu_node_registration_gpu_type": "h200"}})
+    found = site_findings(site)
+    (error,) = [f for f in only(found, "drivers") if f.object == "host gpu-node-01"]
+    assert error.path == "nvidia_driver.distro"
+    assert "the H200 needs driver branch 550 or newer" in error.message
+    assert "the pinned build is 535.261.03" in error.message
+    result = run_cli("config", "check", "--site", str(site))
+    assert result.code == 2 and "H200 needs driver branch 550" in result.stderr
+
+
+def test_triton_on_a_data_center_gpu_runs_on_535_through_forward_compatibility() -> None:
+    # The example site's L4 host runs 535.261.03; the CUDA 13 image needs 580 natively.
+    found = site_findings(ROOT / "inventory" / "example")
+    assert only(found, "drivers") == []
+
+
+def test_triton_on_a_gpu_forward_compatibility_does_not_serve_is_an_error(
+    tmp_path: Path,
+) -> None:
+    # A GPU the support table does not know is no data center GPU to forward compatibility:
+    # the CUDA 13 image then needs the 580 driver.
+    site = site_copy(tmp_path, {"gpu-node-02": {"gpu_node_registration_gpu_type": "rtx4090"}})
+    triton = site / "group_vars" / "all" / "triton.yml"
+    triton.write_text(triton.read_text().replace("triton_gpu_type: l4", "triton_gpu_type: rtx4090"))
+    (error,) = only(site_findings(site), "drivers")
+    assert error.object == "Deployment triton/triton"
+    assert "built on CUDA 13, which needs driver 580.65.06 or newer" in error.message
+    assert "host gpu-node-02 runs 535.261.03 (nvidia_driver.distro) on a RTX4090" in error.message
+
+
+def test_the_stacks_gpu_nodes_run_the_eks_amis_driver() -> None:
+    for nodes in integrity.stack_nodes(config.load_stack("prod")):
+        if nodes.name.startswith("node pool"):
+            assert nodes.driver == "580.159.04" and nodes.gpu in ("h100", "l40s")
+    assert only(findings(config.load_stack("prod")), "drivers") == []
+
+
+def test_the_ngc_table_reads_release_tags_and_forward_compatible_branches() -> None:
+    from gpuinfra import gpus
+
+    needs = gpus.image_driver("26.07-py3")
+    assert needs is not None and needs.cuda == "13"
+    assert gpus.image_driver("24.04-py3") is None and gpus.image_driver("latest") is None
+    assert gpus.runs_image("580.159.04", "", needs)
+    assert gpus.runs_image("535.86.10", "l4", needs)
+    assert not gpus.runs_image("535.54.03", "l4", needs)  # older than the R535 floor
+    assert not gpus.runs_image("550.163.01", "l4", needs)  # R550 is not in both notes' lists
