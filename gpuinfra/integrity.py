@@ -387,17 +387,23 @@ def _requests(pod: Mapping[str, Any]) -> dict[str, float]:
     return total
 
 
+# Labels the kubelet puts on every node this project runs (x86_64 Linux).
+WELL_KNOWN_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+
+
 def _misfit(pod: Mapping[str, Any], nodes: Nodes, cdi: bool = False) -> str:
     """Why a pod cannot run on ``nodes``, or ''."""
-    selector = pod.get("nodeSelector", {})
-    wrong = {k: v for k, v in selector.items() if nodes.labels.get(k) != v}
+    selector = pod.get("nodeSelector") or {}
+    labels = {**WELL_KNOWN_LABELS, **nodes.labels}
+    wrong = {k: v for k, v in selector.items() if labels.get(k) != v}
     if wrong:
-        have = ", ".join(f"{k}={nodes.labels[k]}" for k in wrong if k in nodes.labels)
+        have = ", ".join(f"{k}={labels[k]}" for k in wrong if k in labels)
         return f"labels {have or 'none of ' + ', '.join(wrong)}"
     untolerated = [
         t
         for t in nodes.taints
-        if t.effect in ("NoSchedule", "NoExecute") and not _tolerates(pod.get("tolerations", []), t)
+        if t.effect in ("NoSchedule", "NoExecute")
+        and not _tolerates(pod.get("tolerations") or [], t)
     ]
     if untolerated:
         t = untolerated[0]
@@ -441,6 +447,173 @@ def scheduling(state: State) -> list[Finding]:
                 ),
             )
         )
+    return found
+
+
+@dataclass(frozen=True)
+class ChartPod:
+    """Where a chart's values place one of its pods. Each field lists value paths: the first
+    one set wins (Volcano's per-component keys fall back to its default_* keys)."""
+
+    component: str
+    node_selector: tuple[str, ...]
+    tolerations: tuple[str, ...]
+    resources: tuple[str, ...] = ()
+    # A path whose false value turns the component off.
+    enabled: str = ""
+    # A DaemonSet that must run on every GPU node (the GPU Operator's operands and the NFD
+    # worker that labels the node for them); otherwise one pod that must fit some node.
+    every_gpu_node: bool = False
+
+
+def _volcano(part: str) -> ChartPod:
+    return ChartPod(
+        f"Volcano {part}",
+        (f"custom.{part}_ns", "custom.default_ns"),
+        (f"custom.{part}_tolerations", "custom.default_tolerations"),
+        (f"custom.{part}_resources",),
+        enabled=f"custom.{part}_enable",
+    )
+
+
+# The chart pods the add-ons' values place, by chart; value paths from each chart's values.yaml.
+CHART_PODS: dict[str, tuple[ChartPod, ...]] = {
+    "gpu-operator": (
+        ChartPod(
+            "GPU Operator controller",
+            ("operator.nodeSelector",),
+            ("operator.tolerations",),
+            ("operator.resources",),
+        ),
+        ChartPod(
+            "GPU Operator operands (driver, toolkit, device plugin, DCGM exporter)",
+            (),
+            ("daemonsets.tolerations",),
+            every_gpu_node=True,
+        ),
+        ChartPod(
+            "node-feature-discovery worker",
+            ("node-feature-discovery.worker.nodeSelector",),
+            ("node-feature-discovery.worker.tolerations",),
+            enabled="nfd.enabled",
+            every_gpu_node=True,
+        ),
+    ),
+    "kueue": (
+        ChartPod(
+            "Kueue controller",
+            ("controllerManager.nodeSelector",),
+            ("controllerManager.tolerations",),
+            ("controllerManager.manager.resources",),
+        ),
+    ),
+    "volcano": (_volcano("scheduler"), _volcano("controller"), _volcano("admission")),
+    "kube-prometheus-stack": (
+        ChartPod(
+            "Prometheus",
+            ("prometheus.prometheusSpec.nodeSelector",),
+            ("prometheus.prometheusSpec.tolerations",),
+            ("prometheus.prometheusSpec.resources",),
+            enabled="prometheus.enabled",
+        ),
+        ChartPod(
+            "Alertmanager",
+            ("alertmanager.alertmanagerSpec.nodeSelector",),
+            ("alertmanager.alertmanagerSpec.tolerations",),
+            ("alertmanager.alertmanagerSpec.resources",),
+            enabled="alertmanager.enabled",
+        ),
+        ChartPod(
+            "Grafana",
+            ("grafana.nodeSelector",),
+            ("grafana.tolerations",),
+            ("grafana.resources",),
+            enabled="grafana.enabled",
+        ),
+        ChartPod(
+            "Prometheus Operator",
+            ("prometheusOperator.nodeSelector",),
+            ("prometheusOperator.tolerations",),
+            ("prometheusOperator.resources",),
+            enabled="prometheusOperator.enabled",
+        ),
+    ),
+}
+_UNSET = object()
+
+
+def _at(values: Mapping[str, Any], path: str) -> Any:
+    node: Any = values
+    for key in path.split("."):
+        if not isinstance(node, Mapping) or key not in node:
+            return _UNSET
+        node = node[key]
+    return node
+
+
+def _value(render: AddonRender, defaults: Mapping[str, Any], paths: Iterable[str]) -> Any:
+    """The first of ``paths`` set, as Helm merges them: a map set in the add-on's values merges
+    into the chart's default map; anything else replaces it."""
+    for path in paths:
+        ours, theirs = _at(render.values, path), _at(defaults, path)
+        if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
+            return {**theirs, **ours}
+        if ours is not _UNSET and ours is not None:
+            return ours
+        if theirs is not _UNSET and theirs is not None:
+            return theirs
+    return None
+
+
+def chart_pods(state: State) -> list[Finding]:
+    """The charts' own pods that the add-ons' values place: each controller fits some node, and
+    each per-node agent of the GPU Operator tolerates every GPU node."""
+    found = []
+    for render in state.renders:
+        if render.chart is None or render.chart.name not in CHART_PODS:
+            continue
+        defaults = chartdata.load_values(render.chart.name, render.chart.version)
+        for part in CHART_PODS[render.chart.name]:
+            if part.enabled and _value(render, defaults, (part.enabled,)) is False:
+                continue
+            pod = {
+                "nodeSelector": _value(render, defaults, part.node_selector) or {},
+                "tolerations": _value(render, defaults, part.tolerations) or [],
+                "containers": [{"resources": _value(render, defaults, part.resources) or {}}],
+            }
+            where = f"{render.release} ({render.chart.name})"
+            if part.every_gpu_node:
+                missed = [
+                    (n.name, reason)
+                    for n in state.nodes
+                    if any(_gpu_resource(r) for r in n.allocatable) and (reason := _misfit(pod, n))
+                ]
+                if missed:
+                    shown = "; ".join(f"{name}: {reason}" for name, reason in missed)
+                    found.append(
+                        Finding(
+                            "error",
+                            "scheduling",
+                            where,
+                            part.tolerations[0],
+                            f"the {part.component} cannot run on every GPU node ({shown}), so "
+                            "those nodes never offer their GPUs: tolerate their taints there",
+                        )
+                    )
+                continue
+            misfits = {n.name: _misfit(pod, n) for n in state.nodes}
+            if all(misfits.values()):
+                why = "; ".join(f"{name}: {reason}" for name, reason in misfits.items())
+                found.append(
+                    Finding(
+                        "error",
+                        "scheduling",
+                        where,
+                        part.node_selector[0] if part.node_selector else part.tolerations[0],
+                        f"no declared node can run the {part.component} ({why}): change its "
+                        "node selector, tolerations or resources, or the nodes",
+                    )
+                )
     return found
 
 
@@ -732,7 +905,7 @@ def drivers(state: State) -> list[Finding]:
     return found
 
 
-RULES = (references, scheduling, quotas, autoscaling, node_checks, drivers)
+RULES = (references, scheduling, chart_pods, quotas, autoscaling, node_checks, drivers)
 
 
 def check(state: State) -> list[Finding]:

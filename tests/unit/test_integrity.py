@@ -351,3 +351,50 @@ def test_the_ngc_table_reads_release_tags_and_forward_compatible_branches() -> N
     assert gpus.runs_image("535.86.10", "l4", needs)
     assert not gpus.runs_image("535.54.03", "l4", needs)  # older than the R535 floor
     assert not gpus.runs_image("550.163.01", "l4", needs)  # R550 is not in both notes' lists
+
+
+def _with_values(cfg: config.StackConfig, name: str, values: dict[str, Any]) -> integrity.State:
+    import dataclasses
+
+    renders = [
+        dataclasses.replace(r, values={**r.values, **values}) if r.name == name else r
+        for r in addons.render_all(cfg.addons)
+    ]
+    return integrity.stack_state(cfg, renders)
+
+
+def test_gpu_operator_operands_that_do_not_tolerate_the_gpu_taint_are_an_error() -> None:
+    # Values left out keep the chart's default, which tolerates the GPU taint.
+    state = _with_values(config.load_stack("prod"), "gpu_operator", {"daemonsets": {}})
+    assert integrity.chart_pods(state) == []
+    state = _with_values(
+        config.load_stack("prod"), "gpu_operator", {"daemonsets": {"tolerations": []}}
+    )
+    (error,) = integrity.chart_pods(state)
+    assert error.object == "gpu-operator (gpu-operator)"
+    assert error.path == "daemonsets.tolerations"
+    assert "node pool h100: taint nvidia.com/gpu=present:NoSchedule not tolerated" in error.message
+    assert "tolerate their taints there" in error.message
+
+
+def test_a_controller_selecting_no_declared_node_is_an_error() -> None:
+    selector = {"prometheusSpec": {"nodeSelector": {"gpuinfra.dev/pool": "monitoring"}}}
+    state = _with_values(config.load_stack("prod"), "prometheus_stack", {"prometheus": selector})
+    (error,) = integrity.chart_pods(state)
+    assert error.path == "prometheus.prometheusSpec.nodeSelector"
+    assert "no declared node can run the Prometheus" in error.message
+    assert "node group system: labels gpuinfra.dev/pool=system" in error.message
+
+
+def test_a_controller_asking_more_than_any_node_allocates_is_an_error() -> None:
+    resources = {"manager": {"resources": {"requests": {"cpu": "500", "memory": "1Gi"}}}}
+    state = _with_values(config.load_stack("dev"), "kueue", {"controllerManager": resources})
+    (error,) = integrity.chart_pods(state)
+    assert "no declared node can run the Kueue controller" in error.message
+    assert "cpu 500 requested" in error.message
+
+
+def test_the_shipped_charts_pods_fit_their_nodes() -> None:
+    for env in ("dev", "staging", "prod"):
+        cfg = config.load_stack(env)
+        assert integrity.chart_pods(integrity.stack_state(cfg, addons.render_all(cfg.addons))) == []
