@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from gpuinfra import addons, catalog, chartdata, gpus
+import yaml
+
+from gpuinfra import addons, catalog, chartdata, gpus, paths
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, GpuOperatorSettings
@@ -50,6 +53,25 @@ CLUSTER_SCOPED = {
     "Queue",  # Volcano's queues are cluster-scoped
 }
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# API groups the cluster serves without a CRD (and the Pulumi provider's own pseudo-group).
+BUILTIN_GROUPS = {
+    "core",
+    "apps",
+    "batch",
+    "autoscaling",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "networking.k8s.io",
+    "scheduling.k8s.io",
+    "node.k8s.io",
+    "apiextensions.k8s.io",
+    "admissionregistration.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "helm.sh",
+}
+ADDONS_PLAYBOOK = "playbooks/addons.yml"
 # What serves each kind of HPA metric. Resource metrics come from the metrics API
 # (metrics-server); the others from a custom or external metrics adapter.
 METRIC_SERVERS = {
@@ -117,6 +139,9 @@ class State:
     label_hint: str = "a node pool's labels"
     # Whether the GPU Operator's device plugin hands devices out through CDI.
     cdi: bool = False
+    # The add-on roles in the order the Ansible play runs them (sites; empty for stacks, whose
+    # order the review path checks from the stack program's registrations).
+    play: tuple[str, ...] = ()
 
 
 # --- what the nodes offer -------------------------------------------------------------------------
@@ -905,7 +930,67 @@ def drivers(state: State) -> list[Finding]:
     return found
 
 
-RULES = (references, scheduling, chart_pods, quotas, autoscaling, node_checks, drivers)
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] or "core"
+
+
+def play_order(state: State) -> list[Finding]:
+    """On the Ansible path each role applies its custom resources after its own chart; a kind
+    whose CRD another add-on's chart installs needs that add-on's role earlier in the play."""
+    if not state.play:
+        return []
+    position = {role: i for i, role in enumerate(state.play)}
+    owners: dict[tuple[str, str], str] = {}
+    for render in state.renders:
+        if render.chart is not None:
+            for api_version, kinds in chartdata.load_crds(
+                render.chart.name, render.chart.version
+            ).items():
+                owners.update({(api_version, kind): render.name for kind in kinds})
+    found = []
+    for render in state.renders:
+        if render.name not in position:
+            found.append(
+                Finding(
+                    "error",
+                    "order",
+                    f"role {render.name}",
+                    ADDONS_PLAYBOOK,
+                    f"the add-on is enabled and {ADDONS_PLAYBOOK} does not run its role",
+                )
+            )
+            continue
+        for obj in render.objects:
+            api_version = str(obj.get("apiVersion", ""))
+            if _group(api_version) in BUILTIN_GROUPS:
+                continue
+            owner = owners.get((api_version, str(obj.get("kind"))))
+            if owner is None:
+                message = (
+                    f"no add-on enabled here installs the CRD of {api_version} "
+                    f"{obj.get('kind')}: enable the add-on whose chart carries it"
+                )
+            elif position.get(owner, len(position)) > position[render.name]:
+                message = (
+                    f"role {render.name} applies it before role {owner} installs its CRD: the API "
+                    f"server does not know the kind yet; run {owner} first in {ADDONS_PLAYBOOK}"
+                )
+            else:
+                continue
+            found.append(Finding("error", "order", _label(obj), "apiVersion", message))
+    return found
+
+
+RULES = (
+    references,
+    scheduling,
+    chart_pods,
+    quotas,
+    autoscaling,
+    node_checks,
+    drivers,
+    play_order,
+)
 
 
 def check(state: State) -> list[Finding]:
@@ -929,8 +1014,21 @@ def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
     return False
 
 
+def play_roles(playbook: Path) -> tuple[str, ...]:
+    """The roles a playbook's plays run, in order."""
+    plays = yaml.safe_load(playbook.read_text(encoding="utf-8")) or []
+    roles: list[str] = []
+    for play in plays:
+        for role in play.get("roles", []):
+            roles.append(role["role"] if isinstance(role, dict) else str(role))
+    return tuple(roles)
+
+
 def site_state(
-    site: Site, renders: Iterable[AddonRender], versions: Versions | None = None
+    site: Site,
+    renders: Iterable[AddonRender],
+    versions: Versions | None = None,
+    play: Iterable[str] = (),
 ) -> State:
     renders = tuple(renders)
     pins = versions or versions_mod.pinned()
@@ -944,6 +1042,7 @@ def site_state(
         ),
         cdi=cdi_enabled(renders),
         label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
+        play=tuple(play),
     )
 
 
@@ -971,4 +1070,5 @@ def check_stack(
 
 def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list[Finding]:
     """The site's findings: raises on an error, returns the warnings."""
-    return enforce(check(site_state(site, renders)), file)
+    play = play_roles(paths.repo_root() / ADDONS_PLAYBOOK)
+    return enforce(check(site_state(site, renders, play=play)), file)

@@ -14,27 +14,9 @@ from typing import Any
 
 from gpuinfra import chartdata
 from gpuinfra.errors import GpuinfraError
-from gpuinfra.integrity import Finding
+from gpuinfra.integrity import BUILTIN_GROUPS, Finding
 from gpuinfra.review.stackrun import Resource
 
-# API groups the cluster serves without a CRD (and the provider's own pseudo-groups).
-BUILTIN_GROUPS = {
-    "core",
-    "apps",
-    "batch",
-    "autoscaling",
-    "policy",
-    "rbac.authorization.k8s.io",
-    "storage.k8s.io",
-    "networking.k8s.io",
-    "scheduling.k8s.io",
-    "node.k8s.io",
-    "apiextensions.k8s.io",
-    "admissionregistration.k8s.io",
-    "coordination.k8s.io",
-    "discovery.k8s.io",
-    "helm.sh",
-}
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 SECRET = "kubernetes:core/v1:Secret"

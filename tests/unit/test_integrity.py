@@ -398,3 +398,35 @@ def test_the_shipped_charts_pods_fit_their_nodes() -> None:
     for env in ("dev", "staging", "prod"):
         cfg = config.load_stack(env)
         assert integrity.chart_pods(integrity.stack_state(cfg, addons.render_all(cfg.addons))) == []
+
+
+def _site_with_play(play: tuple[str, ...]) -> list[integrity.Finding]:
+    from gpuinfra import site as site_mod
+
+    loaded = site_mod.load_site(ROOT / "inventory" / "example")
+    renders = addons.render_all(addons.settings_from_site(loaded))
+    return integrity.play_order(integrity.site_state(loaded, renders, play=play))
+
+
+def test_the_shipped_play_runs_every_role_after_the_charts_its_objects_need() -> None:
+    play = integrity.play_roles(ROOT / "playbooks" / "addons.yml")
+    assert play == addons.ADDONS
+    assert _site_with_play(play) == []
+
+
+def test_a_role_applying_custom_resources_before_their_crds_role_is_an_error() -> None:
+    # Triton's ServiceMonitor and PrometheusRule need the Prometheus stack's CRDs.
+    play = ("gpu_operator", "volcano", "kueue", "triton", "prometheus_stack")
+    errors = _site_with_play(play)
+    assert errors and {f.rule for f in errors} == {"order"}
+    monitors = [f for f in errors if f.object.startswith("ServiceMonitor triton/")]
+    assert monitors
+    assert "role triton applies it before role prometheus_stack installs its CRD" in (
+        monitors[0].message
+    )
+    assert "run prometheus_stack first in playbooks/addons.yml" in monitors[0].message
+
+
+def test_an_enabled_add_on_the_play_does_not_run_is_an_error() -> None:
+    errors = _site_with_play(("prometheus_stack", "gpu_operator", "kueue"))
+    assert {f.object for f in errors} == {"role triton"}
