@@ -142,6 +142,11 @@ class State:
     # The add-on roles in the order the Ansible play runs them (sites; empty for stacks, whose
     # order the review path checks from the stack program's registrations).
     play: tuple[str, ...] = ()
+    # Whether the apply creates the cluster itself (a stack): then nothing can exist in it
+    # before the apply, and a prerequisite is an error.
+    new_cluster: bool = False
+    # Cluster-scoped objects the apply creates besides the add-ons' (the stack's StorageClass).
+    created: frozenset[tuple[str, str, str]] = frozenset()
 
 
 # --- what the nodes offer -------------------------------------------------------------------------
@@ -834,10 +839,67 @@ def autoscaling(state: State) -> list[Finding]:
     return found
 
 
-def references(state: State) -> list[Finding]:
+# Objects every cluster has: (kind, name), any namespace.
+BUILT_IN = {
+    ("ServiceAccount", "default"),
+    ("PriorityClass", "system-node-critical"),
+    ("PriorityClass", "system-cluster-critical"),
+}
+
+
+def _pod_references(pod: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, path) of everything a pod spec reads from its namespace."""
+    for v, volume in enumerate(pod.get("volumes") or []):
+        where = f"volumes[{v}]"
+        if "secret" in volume:
+            yield "Secret", volume["secret"].get("secretName", ""), f"{where}.secret"
+        if "configMap" in volume:
+            yield "ConfigMap", volume["configMap"].get("name", ""), f"{where}.configMap"
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"].get("claimName", "")
+            yield "PersistentVolumeClaim", claim, f"{where}.persistentVolumeClaim"
+    for c, container in enumerate([*pod.get("initContainers", []), *pod.get("containers", [])]):
+        where = f"containers[{c}]"
+        for e, env in enumerate(container.get("env") or []):
+            source = env.get("valueFrom") or {}
+            for key, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                if key in source:
+                    yield kind, source[key].get("name", ""), f"{where}.env[{e}].valueFrom.{key}"
+        for e, env in enumerate(container.get("envFrom") or []):
+            for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+                if key in env:
+                    yield kind, env[key].get("name", ""), f"{where}.envFrom[{e}].{key}"
+    if pod.get("serviceAccountName"):
+        yield "ServiceAccount", pod["serviceAccountName"], "serviceAccountName"
+    if pod.get("priorityClassName"):
+        yield "PriorityClass", pod["priorityClassName"], "priorityClassName"
+    for s, secret in enumerate(pod.get("imagePullSecrets") or []):
+        yield "Secret", secret.get("name", ""), f"imagePullSecrets[{s}]"
+
+
+def _value_references(values: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+    """(kind, name, path) of what a chart's values read: existingSecret, the Secrets Prometheus
+    and Alertmanager mount, a volume claim's StorageClass."""
+    if isinstance(values, Mapping):
+        for key, value in values.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "existingSecret" and isinstance(value, str) and value:
+                yield "Secret", value, where
+            elif key == "secrets" and isinstance(value, list) and "Spec" in path:
+                yield from (("Secret", str(name), where) for name in value)
+            elif key == "storageClassName" and isinstance(value, str) and value:
+                yield "StorageClass", value, where
+            else:
+                yield from _value_references(value, where)
+    elif isinstance(values, list):
+        for i, value in enumerate(values):
+            yield from _value_references(value, f"{path}[{i}]")
+
+
+def _missing_namespaces(state: State) -> list[Finding]:
     """Every namespaced object names its namespace. Both paths create every namespace an object
     names (ClusterAddons, and the add-on roles' prepare step), so naming one is enough; the order
-    rule (gpuinfra/review/ordering.py) checks that the object waits for it."""
+    rules check that the object waits for it."""
     return [
         Finding(
             "error",
@@ -850,6 +912,57 @@ def references(state: State) -> list[Finding]:
         if obj.get("kind", "") not in CLUSTER_SCOPED
         and not obj.get("metadata", {}).get("namespace")
     ]
+
+
+def references(state: State) -> list[Finding]:
+    """Every Secret, ConfigMap, ServiceAccount, PersistentVolumeClaim, PriorityClass and
+    StorageClass an add-on reads is created by the same apply, or is a prerequisite the add-on
+    declares (which the Ansible path checks before applying anything, and which cannot exist
+    before an apply that creates the cluster)."""
+    created = set(state.created)
+    for _render, obj in _objects(state):
+        meta = obj.get("metadata", {})
+        namespace = "" if obj.get("kind") in CLUSTER_SCOPED else meta.get("namespace", "")
+        created.add((str(obj.get("kind")), namespace, str(meta.get("name"))))
+    for render in state.renders:
+        if state.new_cluster:
+            created.update(("Secret", s.namespace, s.name) for s in render.secrets)
+    found = _missing_namespaces(state)
+    for render in state.renders:
+        external = {
+            (p.kind, p.namespace, p.name): p
+            for p in (render.prerequisites if state.new_cluster else render.site_prerequisites())
+        }
+        refs = [
+            (render.namespace, f"{render.release} values", r)
+            for r in _value_references(render.values)
+        ]
+        for obj in render.objects:
+            if obj.get("kind") in WORKLOAD_KINDS:
+                pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+                namespace = obj.get("metadata", {}).get("namespace", "")
+                refs += [(namespace, _label(obj), r) for r in _pod_references(pod)]
+        for namespace, reader, (kind, name, path) in refs:
+            key = (kind, "" if kind in CLUSTER_SCOPED else namespace, name)
+            if key in created or (kind, name) in BUILT_IN:
+                continue
+            prerequisite = external.get(key)
+            shown = f"{kind} {key[1] + '/' if key[1] else ''}{name}"
+            if prerequisite is not None and not state.new_cluster:
+                continue  # the role's preflight checks it
+            if prerequisite is not None:
+                message = (
+                    f"reads {shown}, which no apply of gpuinfra creates, and this apply creates "
+                    "the cluster: it cannot exist before the first run; let gpuinfra create it "
+                    "or leave the setting unset"
+                )
+            else:
+                message = (
+                    f"reads {shown}, which nothing in this apply creates and no add-on declares "
+                    "as a prerequisite: on a new cluster its pods never start"
+                )
+            found.append(Finding("error", "references", reader, path, message))
+    return found
 
 
 def node_checks(state: State) -> list[Finding]:
@@ -1002,7 +1115,14 @@ def check(state: State) -> list[Finding]:
 def stack_state(
     cfg: StackConfig, renders: Iterable[AddonRender], versions: Versions | None = None
 ) -> State:
-    return State(renders=tuple(renders), nodes=stack_nodes(cfg, versions))
+    # The StorageClass GpuCluster creates (components/cluster.py), the cluster default.
+    storage_class = ("StorageClass", "", f"{cfg.storage.ebs_volume_type}-encrypted")
+    return State(
+        renders=tuple(renders),
+        nodes=stack_nodes(cfg, versions),
+        new_cluster=True,
+        created=frozenset({storage_class}),
+    )
 
 
 def cdi_enabled(renders: Iterable[AddonRender]) -> bool:

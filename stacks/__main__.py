@@ -13,8 +13,9 @@ from components.cluster import GpuCluster, GpuClusterArgs, ServiceAccountRef
 from components.network import GpuNetwork, GpuNetworkArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.storage import FsxArgs, GpuStorage, GpuStorageArgs
-from gpuinfra import addons, versions
-from gpuinfra.config import StackConfig, load_stack
+from gpuinfra import addons, integrity, versions
+from gpuinfra.config import StackConfig, load_stack, stack_path
+from gpuinfra.loading import display_path
 
 
 def main(
@@ -133,5 +134,14 @@ def main(
     pulumi.export("nodeGroups", {n: p.node_group_name for n, p in pools.items()})
 
 
+def run(env: str) -> None:
+    """``pulumi up``: what ``gpuinfra plan`` refuses (the integrity check's errors) is refused here
+    too, before anything is registered."""
+    cfg, pins = load_stack(env), versions.pinned()
+    renders = addons.render_all(cfg.addons, versions=pins)
+    integrity.check_stack(cfg, display_path(stack_path(env)), renders=renders, versions=pins)
+    main(cfg, pins, renders)
+
+
 if __name__ == "__main__":
-    main(load_stack(pulumi.get_stack()), versions.pinned())
+    run(pulumi.get_stack())

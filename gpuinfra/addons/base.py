@@ -93,6 +93,65 @@ class GeneratedSecret:
     # Keys whose value is a generated password, by length (letters and digits only).
     generated: dict[str, int] = field(default_factory=dict)
 
+    def prerequisite(self, reader: str) -> Prerequisite:
+        """The same Secret as the Ansible path sees it: the site's to create."""
+        return Prerequisite(
+            "Secret", self.namespace, self.name, (*self.fixed, *self.generated), reader
+        )
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """An object an add-on reads that no apply of gpuinfra creates: the site's to provide.
+
+    The integrity check accepts a reference to it only where it can exist before the apply (a
+    site's cluster), and the add-on role checks it exists, with its keys, before changing
+    anything; both say ``message``.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    # Keys it must hold (a Secret's or ConfigMap's data).
+    keys: tuple[str, ...]
+    # What reads it, for the message.
+    reader: str
+
+    @property
+    def api_version(self) -> str:
+        return {"StorageClass": "storage.k8s.io/v1", "PriorityClass": "scheduling.k8s.io/v1"}.get(
+            self.kind, "v1"
+        )
+
+    def document(self) -> dict[str, Any]:
+        """As the Ansible roles read it (the gpuinfra_addon lookup)."""
+        return {
+            "api_version": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "keys": list(self.keys),
+            "message": self.message,
+        }
+
+    @property
+    def message(self) -> str:
+        keys = f" with the keys {', '.join(self.keys)}" if self.keys else ""
+        where = f"{self.namespace}/" if self.namespace else ""
+        flag = f"-n {self.namespace} " if self.namespace else ""
+        if self.kind == "Secret":
+            literals = " ".join(f"--from-literal={key}=..." for key in self.keys)
+            create = f"kubectl {flag}create secret generic {self.name} {literals}"
+        else:
+            create = f"kubectl {flag}apply -f <your {self.kind} manifest>"
+        if self.namespace:
+            create = f"kubectl create namespace {self.namespace}; {create}"
+        return (
+            f"{self.kind} {where}{self.name} must exist{keys}: {self.reader} reads it and gpuinfra "
+            f"does not create it. Create it first (from Ansible Vault or your secret store), "
+            f"e.g. {create.strip()}"
+        )
+
 
 @dataclass(frozen=True)
 class AddonRender:
@@ -109,6 +168,14 @@ class AddonRender:
     # Secrets the Pulumi path generates before the release; never part of objects (which the
     # Ansible roles apply) nor of the rendered files.
     secrets: list[GeneratedSecret] = field(default_factory=list)
+    # Objects it reads that no apply creates (a site provides them).
+    prerequisites: list[Prerequisite] = field(default_factory=list)
+
+    def site_prerequisites(self) -> list[Prerequisite]:
+        """What the Ansible path needs to exist before it applies this add-on: the declared
+        prerequisites and the Secrets only the Pulumi path generates."""
+        reader = f"the {self.release or self.name} release"
+        return [*self.prerequisites, *(s.prerequisite(reader) for s in self.secrets)]
 
 
 class Settings(BaseModel):

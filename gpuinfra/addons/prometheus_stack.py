@@ -21,6 +21,7 @@ from gpuinfra.addons.base import (
     Chart,
     GeneratedSecret,
     Name,
+    Prerequisite,
     Quantity,
     enabled_field,
     metadata,
@@ -60,8 +61,8 @@ class PrometheusStackSettings(AddonSettings):
     )
     grafana_admin_secret: Name = Field(
         default="grafana-admin",
-        description="Existing Secret in the namespace holding Grafana's admin user and password "
-        "(never a plaintext value).",
+        description="Secret in the namespace holding Grafana's admin user and password (never a "
+        "plaintext value): a stack generates it; a site creates it before the first run.",
     )
     grafana_admin_user_key: str = Field(
         default="admin-user", description="Key of the admin user in that Secret."
@@ -205,6 +206,17 @@ def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender
         values=values(settings, versions),
         objects=objects(settings),
         secrets=[grafana_admin_secret(settings)],
+        prerequisites=[
+            Prerequisite(
+                "Secret",
+                settings.namespace,
+                settings.alert_webhook_secret,
+                tuple(SEVERITIES),
+                "Alertmanager (its webhook URLs)",
+            )
+        ]
+        if settings.alert_webhook_secret
+        else [],
     )
 
 

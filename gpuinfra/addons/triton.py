@@ -20,6 +20,7 @@ from gpuinfra.addons.base import (
     AddonRender,
     AddonSettings,
     Name,
+    Prerequisite,
     Quantity,
     Settings,
     enabled_field,
@@ -377,7 +378,19 @@ class ModelFiles(Mapping[str, str]):
         return len(self._models)
 
 
+def service_account(settings: TritonSettings, name: str) -> dict[str, Any]:
+    """The account an S3 model repository is read as: the stack binds it to an IAM role (Pod
+    Identity), so the apply that binds it creates it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(name, settings.namespace, _labels()),
+        "automountServiceAccountToken": False,
+    }
+
+
 def render(settings: TritonSettings, versions: Versions) -> AddonRender:
+    repo = settings.model_repository
     return AddonRender(
         name="triton",
         release=NAME,
@@ -388,6 +401,23 @@ def render(settings: TritonSettings, versions: Versions) -> AddonRender:
             service(settings),
             *([autoscaler(settings)] if settings.autoscaling else []),
             service_monitor(settings),
+            *(
+                [service_account(settings, repo.service_account)]
+                if repo is not None and repo.service_account
+                else []
+            ),
         ],
         files=ModelFiles(settings.models),
+        # The claim the site fills with the models (an S3 repository is read through the API).
+        prerequisites=[
+            Prerequisite(
+                "PersistentVolumeClaim",
+                settings.namespace,
+                repo.pvc,
+                (),
+                "Triton (its model repository)",
+            )
+        ]
+        if repo is not None and repo.pvc
+        else [],
     )

@@ -42,8 +42,9 @@ EXAMPLES = r"""
 RETURN = r"""
 _raw:
   description:
-    - One render per term with keys name, release, namespace, values, objects, files and chart,
-      enabled, and settings (the validated settings, snake_case, defaults filled in).
+    - One render per term with keys name, release, namespace, values, objects, files, chart,
+      prerequisites (what must exist before it is applied, each with its message), enabled, and
+      settings (the validated settings, snake_case, defaults filled in).
     - A disabled add-on applies nothing; release and chart are null, values, objects and files
       empty.
     - chart is null for an add-on without a chart (Triton), else a mapping with repository, name,
@@ -103,6 +104,7 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
             "values": {},
             "objects": [],
             "files": {},
+            "prerequisites": [],
         }
     chart = render.chart
     chart_data: dict[str, Any] | None = None
@@ -123,4 +125,5 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
         "values": render.values,
         "objects": render.objects,
         "files": dict(render.files),
+        "prerequisites": [p.document() for p in render.site_prerequisites()],
     }

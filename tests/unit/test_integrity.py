@@ -430,3 +430,96 @@ def test_a_role_applying_custom_resources_before_their_crds_role_is_an_error() -
 def test_an_enabled_add_on_the_play_does_not_run_is_an_error() -> None:
     errors = _site_with_play(("prometheus_stack", "gpu_operator", "kueue"))
     assert {f.object for f in errors} == {"role triton"}
+
+
+def test_a_stack_reading_a_secret_nothing_creates_is_an_error() -> None:
+    # A stack's apply creates its cluster: a Secret the site would create cannot exist yet.
+    cfg = stack("prod", prometheusStack={"alertWebhookSecret": "alert-webhooks"})
+    (error,) = only(findings(cfg), "references")
+    assert error.object == "kube-prometheus-stack values"
+    assert error.path == "alertmanager.alertmanagerSpec.secrets"
+    assert "reads Secret monitoring/alert-webhooks" in error.message
+    assert "this apply creates the cluster" in error.message
+
+
+def test_the_grafana_secret_is_created_by_a_stack_and_a_prerequisite_of_a_site() -> None:
+    assert only(findings(config.load_stack("prod")), "references") == []
+    from gpuinfra import site as site_mod
+
+    loaded = site_mod.load_site(ROOT / "inventory" / "example")
+    renders = {r.name: r for r in addons.render_all(addons.settings_from_site(loaded))}
+    needed = {(p.kind, p.name) for r in renders.values() for p in r.site_prerequisites()}
+    assert needed == {
+        ("Secret", "grafana-admin"),
+        ("Secret", "alert-webhooks"),
+        ("PersistentVolumeClaim", "triton-models"),
+    }
+    (grafana,) = [
+        p for p in renders["prometheus_stack"].site_prerequisites() if p.name == "grafana-admin"
+    ]
+    assert grafana.message.startswith(
+        "Secret monitoring/grafana-admin must exist with the keys admin-user, admin-password"
+    )
+    assert "kubectl -n monitoring create secret generic grafana-admin" in grafana.message
+
+
+def test_a_storage_class_nothing_creates_is_an_error_and_the_stacks_own_is_not() -> None:
+    (error,) = only(findings(stack("prod", prometheusStack={"storageClass": "fast"})), "references")
+    assert "reads StorageClass fast, which nothing in this apply creates" in error.message
+    assert (
+        only(
+            findings(stack("prod", prometheusStack={"storageClass": "gp3-encrypted"})), "references"
+        )
+        == []
+    )
+
+
+def test_an_object_reading_a_config_map_nothing_creates_is_an_error() -> None:
+    s3 = {"s3": "s3://models/triton", "region": "us-east-1"}
+    cfg = stack("dev", triton={**TRITON, "modelRepository": s3})
+    renders = []
+    for render in addons.render_all(cfg.addons):
+        if render.name == "triton":
+            deployment = next(o for o in render.objects if o["kind"] == "Deployment")
+            pod = deployment["spec"]["template"]["spec"]
+            pod["volumes"].append({"name": "extra", "configMap": {"name": "tuning"}})
+        renders.append(render)
+    found = only(integrity.check(integrity.stack_state(cfg, renders)), "references")
+    assert [(f.object, f.path) for f in found] == [
+        ("Deployment triton/triton", "volumes[1].configMap")
+    ]
+    assert "reads ConfigMap triton/tuning, which nothing in this apply creates" in found[0].message
+
+
+def test_an_s3_model_repositorys_service_account_is_created_by_the_same_apply() -> None:
+    s3 = {"s3": "s3://models/triton", "region": "us-east-1", "serviceAccount": "model-reader"}
+    cfg = stack("dev", triton={**TRITON, "modelRepository": s3})
+    (triton,) = [r for r in addons.render_all(cfg.addons) if r.name == "triton"]
+    accounts = [o for o in triton.objects if o["kind"] == "ServiceAccount"]
+    assert [a["metadata"]["name"] for a in accounts] == ["model-reader"]
+    assert only(findings(cfg), "references") == []
+
+
+def test_a_stack_serving_from_a_claim_nothing_creates_is_an_error() -> None:
+    (error,) = only(findings(stack("dev", triton=TRITON)), "references")
+    assert error.path == "volumes[1].persistentVolumeClaim"
+    assert "reads PersistentVolumeClaim triton/models" in error.message
+
+
+def test_pulumi_up_refuses_what_the_plan_refuses_before_registering_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import runpy
+
+    program = runpy.run_path(str(ROOT / "stacks" / "__main__.py"), run_name="gpuinfra_stack")
+    broken = stack("prod", prometheusStack={"alertWebhookSecret": "alert-webhooks"})
+    registered: list[str] = []
+    monkeypatch.setitem(program["run"].__globals__, "load_stack", lambda env: broken)
+    monkeypatch.setitem(program["run"].__globals__, "main", lambda *a: registered.append("main"))
+    with pytest.raises(ConfigError) as refused:
+        program["run"]("prod")
+    assert "reads Secret monitoring/alert-webhooks" in "\n".join(refused.value.lines())
+    assert registered == []
+    monkeypatch.setitem(program["run"].__globals__, "load_stack", config.load_stack)
+    program["run"]("prod")
+    assert registered == ["main"]

@@ -50,6 +50,8 @@ def main():
         state = "Open" if args.get("kind") == "Queue" else "ready"
         keys = ("admin-user", "admin-password", "critical", "warning", "info")
         result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, "")}}]
+        if args.get("name") in os.environ.get("STAND_IN_MISSING", "").split(","):
+            result["resources"] = []
     if MODULE == "helm_pull":
         chart = os.path.join(args["destination"], args["chart_ref"])
         os.makedirs(os.path.join(chart, "charts", "crds", "crds"))
@@ -77,7 +79,18 @@ def _renders() -> list[AddonRender]:
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Every kubernetes.core call of one run of playbooks/addons.yml, in order."""
-    tmp = tmp_path_factory.mktemp("apply")
+    proc, log = _play(tmp_path_factory.mktemp("apply"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return _calls(log)
+
+
+def _calls(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _play(tmp: Path, missing: str = "") -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run playbooks/addons.yml against the stand-ins; ``missing`` names objects k8s_info does
+    not find."""
     modules = tmp / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins"
     (modules / "modules").mkdir(parents=True)
     for name in MODULES:
@@ -101,6 +114,7 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "STAND_IN_CHARTS": json.dumps(charts),
         "STAND_IN_LOG": str(log),
+        "STAND_IN_MISSING": missing,
     }
     extra = {**EXTRA, "gpuinfra_chart_cache_dir": str(tmp / "charts")}
     proc = subprocess.run(
@@ -119,8 +133,8 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         timeout=300,
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    log.touch()
+    return proc, log
 
 
 def _index(calls: list[dict[str, Any]], module: str, **args: Any) -> int:
@@ -184,3 +198,31 @@ def test_each_release_is_checked_on_the_one_kubeconfig(calls: list[dict[str, Any
     assert checked == [r.release for r in _renders() if r.chart is not None]
     kubeconfigs = {c["args"]["kubeconfig"] for c in calls if "kubeconfig" in c["args"]}
     assert len(kubeconfigs) == 1 and next(iter(kubeconfigs)).endswith("/kubeconfig")
+
+
+def test_every_add_ons_prerequisites_are_checked_before_the_first_change(
+    calls: list[dict[str, Any]],
+) -> None:
+    first_change = next(i for i, c in enumerate(calls) if c["module"] in ("k8s", "helm"))
+    read = {
+        (c["args"]["kind"], c["args"]["name"])
+        for c in calls[:first_change]
+        if c["module"] == "k8s_info"
+    }
+    assert {
+        ("Secret", "grafana-admin"),
+        ("Secret", "alert-webhooks"),
+        ("PersistentVolumeClaim", "triton-models"),
+    } <= read
+
+
+def test_a_missing_prerequisite_stops_the_play_with_the_cores_message_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    proc, log = _play(tmp_path, missing="triton-models")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    (triton,) = [r for r in _renders() if r.name == "triton"]
+    (claim,) = triton.site_prerequisites()
+    assert claim.message in " ".join(output.split())
+    assert not [c for c in _calls(log) if c["module"] in ("k8s", "helm", "helm_pull")]

@@ -154,8 +154,11 @@ def test_example_inventory_sets_only_known_add_on_variables() -> None:
 def test_playbook_applies_the_add_ons_in_the_specs_install_order() -> None:
     (play,) = _yaml(ROOT / "playbooks" / "addons.yml")
     assert tuple(role["role"] for role in play["roles"]) == addons.ADDONS
-    (check,) = play["pre_tasks"]
-    assert tuple(check["vars"]["_addons_install_order"]) == addons.ADDONS
+    assert tuple(play["vars"]["_addons_install_order"]) == addons.ADDONS
+    # The settings of every add-on, then what every add-on reads, before the first role runs.
+    settings, prerequisites = play["pre_tasks"]
+    assert "_addons_install_order" in settings["ansible.builtin.assert"]["that"]
+    assert prerequisites["ansible.builtin.include_role"]["tasks_from"] == "prerequisites"
 
 
 def _effective(values: dict[str, Any], chart_defaults: dict[str, Any], path: str) -> Any:
