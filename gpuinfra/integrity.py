@@ -19,6 +19,7 @@ plain data, so the same functions serve a site's host groups.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -1190,5 +1191,8 @@ def check_stack(
 
 def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list[Finding]:
     """The site's findings: raises on an error, returns the warnings."""
-    play = play_roles(paths.repo_root() / ADDONS_PLAYBOOK)
+    # The play is the repository's: outside one (a site checked on its own) there is none to read.
+    root = os.environ.get("GPUINFRA_ROOT") or paths.find_root(Path.cwd())
+    playbook = Path(root) / ADDONS_PLAYBOOK if root else None
+    play = play_roles(playbook) if playbook is not None and playbook.is_file() else ()
     return enforce(check(site_state(site, renders, play=play)), file)

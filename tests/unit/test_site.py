@@ -28,8 +28,10 @@ SPECS = {
 
 @pytest.fixture
 def roles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    # Messages name files relative to where the user runs the command.
+    # Messages name files relative to where the user runs the command; the pins stay the
+    # repository's (versions.yaml is found from GPUINFRA_ROOT, not from the working directory).
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPUINFRA_ROOT", str(Path(__file__).resolve().parents[2]))
     meta = tmp_path / "roles" / "nvidia_driver" / "meta"
     meta.mkdir(parents=True)
     (meta / "argument_specs.yml").write_text(yaml.safe_dump(SPECS))

@@ -161,3 +161,75 @@ def test_preflight_refuses_with_what_to_change(
     output = " ".join((result.stdout + result.stderr).split())
     assert message in output
     assert not (tmp_path / "kubelet").exists()
+
+
+RECORDER = """#!/usr/bin/python
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule, _load_params
+
+
+def main():
+    args = {k: v for k, v in _load_params().items() if not k.startswith("_ansible")}
+    module = AnsibleModule(argument_spec={k: {"type": "raw"} for k in args})
+    with open(os.environ["STAND_IN_LOG"], "a") as log:
+        log.write(json.dumps({"module": "%s", "args": args}) + "\\n")
+    module.exit_json(changed=True)
+
+
+main()
+"""
+
+
+@as_root
+def test_an_already_registered_node_is_labelled_and_tainted_through_the_api(
+    tmp_path: Path,
+) -> None:
+    """There is no API server here: stand-ins for the two kubernetes.core modules record the
+    calls the role makes."""
+    modules = tmp_path / "collections" / "ansible_collections" / "kubernetes" / "core"
+    (modules / "plugins" / "modules").mkdir(parents=True)
+    for name in ("k8s", "k8s_taint"):
+        (modules / "plugins" / "modules" / f"{name}.py").write_text(RECORDER % name)
+    log = tmp_path / "calls.jsonl"
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"), "STAND_IN_LOG": str(log)}
+    variables = {
+        "gpu_node_registration_gpu_type": "h100",
+        "gpu_node_registration_labels": {"example.com/rack": "r7"},
+        "gpu_node_registration_update_node": True,
+        "gpu_node_registration_node_name": "gpu-node-01",
+        "gpuinfra_kubeconfig": "/etc/gpuinfra/kubeconfig",
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    playbook = tmp_path / "registration.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [{"hosts": "all", "gather_facts": False, "roles": ["gpu_node_registration"]}]
+        )
+    )
+    extra = {"gpu_node_registration_defaults_file": str(tmp_path / "kubelet"), **variables}
+    result = run_playbook_here(
+        tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook), env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c["module"] for c in calls] == ["k8s", "k8s_taint"]
+    label, taint = (c["args"] for c in calls)
+    assert label["state"] == "patched" and label["kind"] == "Node"
+    assert label["name"] == "gpu-node-01"
+    assert label["definition"]["metadata"]["labels"] == {
+        GPU_TYPE_LABEL: "h100",
+        "example.com/rack": "r7",
+    }
+    assert taint["state"] == "present" and taint["name"] == "gpu-node-01"
+    assert taint["taints"] == [GPU_TAINT]
+    assert {c["args"]["kubeconfig"] for c in calls} == {"/etc/gpuinfra/kubeconfig"}
+    # Off by default: a host that has not joined yet is left to its first registration.
+    log.unlink()
+    extra.pop("gpu_node_registration_update_node")
+    result = run_playbook_here(
+        tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook), env=env
+    )
+    assert result.returncode == 0 and not log.exists()
