@@ -93,6 +93,12 @@ class CheckFailed(GpuinfraError):
         return list(self.problems)
 
 
+class InputInvalid(CheckFailed):
+    """Lines about the user's input that come as text, not as Problems (a subprocess's). Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
 class UsageError(GpuinfraError):
     """A command asked for something that does not exist (an unknown stack, a missing site)."""
 

@@ -169,16 +169,16 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         # PyYAML composes recursively: bound the depth before Python's own stack runs out.
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _Refused(
                     problem=f"nested deeper than {MAX_DEPTH} levels (allowed: at most {MAX_DEPTH})",
-                    problem_mark=self.peek_event().start_mark,
+                    problem_mark=self.peek_event().start_mark,  # type: ignore[no-untyped-call]
                 )
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
@@ -187,7 +187,7 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             with contextlib.suppress(TypeError):  # an unhashable key: PyYAML reports it
                 if key in seen:
                     raise _Refused(
@@ -196,7 +196,7 @@ class _Loader(yaml.SafeLoader):
                         problem_mark=_mark(key_node),
                     )
                 seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep)
 
 
 def _expanded_size(root: Node) -> int:
@@ -266,7 +266,7 @@ def parse_yaml(text: str, shown: str) -> Any:
         lead = "" if isinstance(exc, _Refused) else "not valid YAML: "
         raise ConfigError([Problem(shown, where, f"{lead}{excerpt(str(reason), 160)}")]) from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
 
 
 def load_yaml(path: Path) -> Any:

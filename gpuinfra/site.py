@@ -108,6 +108,8 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
 
 def coerce(value: Any, spec: VarSpec) -> Any:
     """``value`` as Ansible's argument validation converts it; ValueError when it cannot."""
+    if value is None:  # Ansible's argument validation leaves an unset (null) option alone
+        return None
     if isinstance(value, bool) and spec.type in ("int", "float"):
         raise ValueError(f"expected {spec.type}, got a boolean {value!r}")
     if spec.type in ("str", "path") and not isinstance(value, str):
@@ -387,7 +389,7 @@ def _walk_group(
     for section in ("hosts", "children", "vars"):
         if body.get(section) is not None and not isinstance(body[section], dict):
             problems.append(Problem(file, f"{where}.{section}", f"'{section}' must be a mapping"))
-    host_entries = body.get("hosts") if isinstance(body.get("hosts"), dict) else {}
+    host_entries: dict[Any, Any] = body["hosts"] if isinstance(body.get("hosts"), dict) else {}
     for host_name, host_vars in host_entries.items():
         if not str(host_name).strip() or host_name is None:
             problems.append(
@@ -409,7 +411,7 @@ def _walk_group(
             inline.append((name, dict(host_vars), host.name))
     if isinstance(body.get("vars"), dict) and body["vars"]:
         inline.append((name, dict(body["vars"]), None))
-    children = body.get("children") if isinstance(body.get("children"), dict) else {}
+    children: dict[Any, Any] = body["children"] if isinstance(body.get("children"), dict) else {}
     for child, child_body in children.items():
         _walk_group(
             str(child),

@@ -19,7 +19,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuinfra.cli.console import err, out
-from gpuinfra.errors import EXIT_INTERNAL, CheckFailed, ConfigError, GpuinfraError, UsageError
+from gpuinfra.errors import (
+    EXIT_INTERNAL,
+    CheckFailed,
+    ConfigError,
+    GpuinfraError,
+    UsageError,
+    one_line,
+)
 
 if TYPE_CHECKING:
     from gpuinfra import versions as versions_mod
@@ -98,8 +105,7 @@ def config_check(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
 ) -> None:
     """Validate a stack file or a site inventory; exit 2 with one line per problem."""
-    from gpuinfra import addons, config, integrity
-    from gpuinfra import site as site_mod
+    from gpuinfra import config, integrity
     from gpuinfra.loading import display_path
 
     if (stack is None) == (site is None):
@@ -112,12 +118,10 @@ def config_check(
         out.print(f"stack {stack}: valid ({len(cfg.node_pools)} node pools)")
     else:
         assert site is not None
-        loaded = site_mod.load_site(site)
-        renders = addons.render_all(addons.settings_from_site(loaded))
-        warnings = integrity.check_site(loaded, display_path(site), renders=renders)
-        for warning in warnings:
+        checked = integrity.load_checked_site(site)
+        for warning in checked.warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
-        out.print(f"site {loaded.name}: valid ({len(loaded.hosts)} hosts)")
+        out.print(f"site {checked.site.name}: valid ({len(checked.site.hosts)} hosts)")
 
 
 def _register_command_groups() -> None:
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except GpuinfraError as exc:
         for line in exc.lines():
-            err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(one_line(line))}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -16,7 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from gpuinfra.cli.console import emit, render_text
-from gpuinfra.errors import CheckFailed, UsageError
+from gpuinfra.errors import CheckFailed, InputInvalid, UsageError
 
 if TYPE_CHECKING:
     from gpuinfra.review import diff as diff_mod
@@ -160,6 +160,10 @@ def register(app: typer.Typer) -> None:
             emit(plan_mod.render_markdown(doc), out)
         else:
             emit(render_text(plan_tables(doc)), out)
+        policy = doc.get("policy")
+        if policy is not None and not policy["passed"]:
+            # The plan is shown whole, then the command fails as a check does (exit 1).
+            raise CheckFailed(f"policy {v['policy']}: {v['message']}" for v in policy["violations"])
 
     @app.command("cost")
     def cost(
@@ -211,5 +215,10 @@ def register(app: typer.Typer) -> None:
             emit(diff_mod.render_markdown(report), out)
         else:
             emit(render_text(diff_tables(report)), out)
+        if report.input_error:
+            # A file of the working tree is wrong: the user's input, exit 2.
+            raise InputInvalid(
+                f"{t.target}: {line}" for t in report.targets if t.input_error for line in t.errors
+            )
         if report.failed:
             raise CheckFailed(f"{t.target}: {line}" for t in report.targets for line in t.errors)
