@@ -18,6 +18,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+# typer (pinned) carries its own copy of click; its usage errors are these classes.
+from typer._click.exceptions import NoArgsIsHelpError
+from typer._click.exceptions import UsageError as ArgumentError
+
 from gpuinfra.cli.console import err, out
 from gpuinfra.errors import (
     EXIT_INTERNAL,
@@ -136,14 +140,19 @@ _register_command_groups()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turn library errors into messages and exit codes."""
-    # Standalone mode lets the CLI library report its own usage errors (exit 2).
     try:
-        app(args=argv)
+        # Not standalone: a usage error comes back here and is told in one line, like the rest.
+        code = app(args=argv, standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ArgumentError as exc:
+        sys.exit(_usage_error(exc))
     except GpuinfraError as exc:
         for line in exc.lines():
             err.print(f"[bold red]error:[/] {escape(one_line(line))}", highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
     except Exception as exc:
@@ -152,6 +161,17 @@ def main(argv: list[str] | None = None) -> None:
         line = f"internal error: {type(exc).__name__}: {exc}; this is a defect in gpuinfra"
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
         sys.exit(EXIT_INTERNAL)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _usage_error(exc: ArgumentError) -> int:
+    """An argument the command line library refused, as one line naming the command."""
+    message = exc.format_message().replace("Value error, ", "")
+    command = exc.ctx.command_path if exc.ctx is not None else "gpuinfra"
+    line = one_line(f"{command}: {message[0].lower()}{message[1:]} (see {command} --help)")
+    err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+    return exc.exit_code
 
 
 __all__ = ["ConfigError", "app", "main"]
