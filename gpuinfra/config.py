@@ -518,7 +518,7 @@ def known_stacks(root: Path | None = None) -> list[str]:
     return sorted(
         p.name[len("Pulumi.") : -len(".yaml")]
         for p in list_dir(stacks)
-        if p.name.startswith("Pulumi.") and p.name.endswith(".yaml")
+        if p.name.startswith("Pulumi.") and p.name.endswith(".yaml") and p.exists()
     )
 
 
@@ -535,7 +535,7 @@ def check_stack_name(env: str) -> str:
 def load_stack(env: str, root: Path | None = None) -> StackConfig:
     """Read ``stacks/Pulumi.<env>.yaml`` into a StackConfig, or raise with every problem."""
     path = stack_path(check_stack_name(env), root)
-    if not is_file(path):
+    if not (is_file(path) or is_dir(path) or path.is_symlink()):
         stacks = known_stacks(root)
         raise UsageError(
             f"no stack '{env}' (stacks/Pulumi.{env}.yaml not found){did_you_mean(env, stacks)}; "

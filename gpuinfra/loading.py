@@ -79,6 +79,8 @@ def fs_problem(path: Path, exc: OSError | RuntimeError, path_in_file: str = "") 
     """One line for a filesystem error on ``path``: missing, unreadable, a loop, too long."""
     if isinstance(exc, RuntimeError):  # pathlib's own "Symlink loop" (Python 3.11)
         words = _ERRNO_WORDS[errno.ELOOP]
+    elif exc.errno == errno.ENOENT and path.is_symlink():
+        words = f"a symlink to '{excerpt(os.readlink(path), 80)}', which does not exist"
     else:
         words = _ERRNO_WORDS.get(exc.errno or 0, f"cannot read: {exc.strerror or exc}")
     return Problem(display_path(path), path_in_file, words)
@@ -376,7 +378,9 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
         for lead in ("Value error, ", "Assertion failed, "):
             msg = msg.removeprefix(lead)
         return excerpt(msg, 240)
-    msg = str(err["msg"])
+    # Strict validation runs in pydantic's JSON mode; a YAML file has lists and mappings.
+    msg = str(err["msg"]).replace("a valid array", "a list").replace("a valid tuple", "a list")
+    msg = msg.replace("an object", "a mapping").replace("a valid dictionary", "a mapping")
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return f"{msg[0].lower()}{msg[1:]}, got {excerpt(repr(value))}"
     if kind in _BOUND_KINDS:

@@ -237,7 +237,14 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             f"{did_you_mean(excerpt(path.name, 80), sites)}; sites under inventory/: "
             f"{', '.join(sites) or 'none'}"
         )
-    hosts_file = next((path / n for n in ("hosts.yml", "hosts.yaml") if is_file(path / n)), None)
+    hosts_file = next(
+        (
+            path / n
+            for n in ("hosts.yml", "hosts.yaml")
+            if is_file(path / n) or is_dir(path / n) or (path / n).is_symlink()
+        ),
+        None,
+    )
     if hosts_file is None:
         raise ConfigError(
             [

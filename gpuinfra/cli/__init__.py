@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turn library errors into messages and exit codes."""
     try:
         # Not standalone: a usage error comes back here and is told in one line, like the rest.
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)
     except NoArgsIsHelpError as exc:
         exc.show()
         sys.exit(exc.exit_code)
