@@ -16,7 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from gpuinfra.cli.console import emit, render_text
-from gpuinfra.errors import CheckFailed, InputInvalid, UsageError
+from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
     from gpuinfra.review import diff as diff_mod
@@ -198,6 +198,7 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
     ) -> None:
         """What the working tree changes against --base: resources, versions, values, alerts, cost."""
+        from gpuinfra import config
         from gpuinfra.review import diff as diff_mod
         from gpuinfra.review import plan as plan_mod
 
@@ -205,9 +206,15 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give one of --stack ENV, --site NAME or --all")
         only = None
         if stack is not None:
-            only = diff_mod.Target("stack", stack)
+            only = diff_mod.Target("stack", config.check_stack_name(stack))
         elif site is not None:
-            only = diff_mod.Target("site", Path(site).name)
+            name = Path(site).name
+            if not name or len(name.encode()) > 255:
+                raise UsageError(
+                    f"--site {excerpt(repr(site), 40)}: not a site name (allowed: a directory "
+                    "name under inventory/, at most 255 bytes)"
+                )
+            only = diff_mod.Target("site", name)
         report = diff_mod.diff(base, only=only)
         if fmt is ReviewFormat.json:
             emit(plan_mod.to_json(report.document()), out)

@@ -10,6 +10,7 @@ row in ``CASES``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -970,6 +971,16 @@ CASES: list[Case] = [
         "did you mean 'distro'",
         argv=("converge", "--site", SITE),
     ),
+    # --- the 10^4-leaf alias bomb stays under the bound: its value is quoted as an excerpt --
+    stack(
+        "stack-alias-10k-leaves",
+        both(
+            put(DEV, alias_bomb(4) + DEV_TEXT),
+            sub(DEV, "team: ml-platform", "team: *a3"),
+        ),
+        "tags.team",
+        "valid string",
+    ),
     # --- arguments ------------------------------------------------------------------------------
     arg(
         "lab-port-base-zero", ("lab", "up", "--port-base", "0"), "--port-base", "allowed 1024-65000"
@@ -1016,6 +1027,26 @@ CASES: list[Case] = [
         "--base",
         "not a commit",
         edit=git_repo(nothing),
+    ),
+    arg(
+        "diff-site-name-long",
+        ("diff", "--base", "HEAD", "--site", "x" * 300),
+        "--site",
+        "at most 255 bytes",
+        edit=git_repo(nothing),
+    ),
+    arg(
+        "diff-stack-path",
+        ("diff", "--base", "HEAD", "--stack", "../x"),
+        "--stack",
+        "letters, digits",
+        edit=git_repo(nothing),
+    ),
+    arg(
+        "out-name-too-long",
+        ("plan", "--site", SITE, "--out", "x" * 300),
+        "--out",
+        "File name too long",
     ),
     Case(
         "diff-bad-working-tree",
@@ -1207,3 +1238,32 @@ def test_cost_says_when_a_region_has_no_price(
     assert pool["status"] == "lacking"
     assert "no on-demand price for ca-central-1" in pool["note"]
     assert doc["monthly_max_usd"] == 0
+
+
+@pytest.mark.parametrize(
+    ("number", "words"),
+    [
+        (errno.EACCES, "permission denied: cannot read it"),
+        (errno.ENAMETOOLONG, "name too long (each part of a path takes at most 255 bytes)"),
+        (errno.ELOOP, "a symlink loop: the link never reaches a file"),
+        (errno.EISDIR, "is a directory, not a file"),
+    ],
+)
+def test_filesystem_errors_become_one_line_naming_the_file(
+    number: int, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``open`` raises for a user file (also the errors root never sees) is one line."""
+    from gpuinfra.errors import ConfigError
+    from gpuinfra.loading import load_yaml
+
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("config: {}\n")
+    monkeypatch.chdir(tmp_path)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(path)
+    assert caught.value.lines() == [f"Pulumi.dev.yaml: {words}"]
