@@ -222,8 +222,9 @@ def register(app: typer.Typer) -> None:
             emit(diff_mod.render_markdown(report), out)
         else:
             emit(render_text(diff_tables(report)), out)
-        if report.input_error:
-            # A file of the working tree is wrong: the user's input, exit 2.
+        if report.input_error and not report.versions.warnings:
+            # A file of the working tree is wrong: the user's input, exit 2. A bump that breaks
+            # a compatibility rule stays a failed check (exit 1): the diff's finding.
             raise InputInvalid(
                 f"{t.target}: {line}" for t in report.targets if t.input_error for line in t.errors
             )
