@@ -15,8 +15,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ansible.module_utils.common import validation  # type: ignore[import-untyped]
-
 from gpuinfra import versions as versions_mod
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
 from gpuinfra.loading import MAX_DEPTH, display_path, is_dir, is_file, list_dir, load_yaml
@@ -76,16 +74,16 @@ def role_specs(roles_dir: Path | None = None) -> dict[str, dict[str, VarSpec]]:
 # accepts it ("8" for an int, "yes" for a bool), with two exceptions: a boolean is never a
 # number (Ansible would read ``true`` as 1) and a number is never a string (``535.10`` would
 # become "535.1").
-_CHECKERS: dict[str, Callable[[Any], Any]] = {
-    "str": validation.check_type_str,
-    "int": validation.check_type_int,
-    "bool": validation.check_type_bool,
-    "float": validation.check_type_float,
-    "list": validation.check_type_list,
-    "dict": validation.check_type_dict,
-    "path": validation.check_type_path,
-    "raw": validation.check_type_raw,
-}
+_TYPE_NAMES = ("str", "int", "bool", "float", "list", "dict", "path", "raw")
+
+
+@cache
+def _checkers() -> dict[str, Callable[[Any], Any]]:
+    # Imported when a site is read: stack commands do not pay for Ansible's import.
+    from ansible.module_utils.common import validation  # type: ignore[import-untyped]
+
+    return {name: getattr(validation, f"check_type_{name}") for name in _TYPE_NAMES}
+
 
 # Ranges Ansible's argument_specs cannot state, with the fact behind each.
 BOUNDS: dict[str, tuple[int, int, str]] = {
@@ -115,10 +113,11 @@ def coerce(value: Any, spec: VarSpec) -> Any:
     if spec.type in ("str", "path") and not isinstance(value, str):
         # Ansible would turn 535.10 into "535.1"; a string setting is written as a string.
         raise ValueError(f"expected {spec.type}, got {excerpt(repr(value))}; quote it")
-    checker = _CHECKERS.get(spec.type, validation.check_type_raw)
+    checkers = _checkers()
+    checker = checkers.get(spec.type, checkers["raw"])
     try:
         converted = checker(value)
-        if spec.type == "list" and spec.elements in _CHECKERS:
+        if spec.type == "list" and spec.elements in checkers:
             element = VarSpec(spec.role, spec.name, spec.elements)
             converted = [coerce(item, element) for item in converted]
     except (TypeError, ValueError) as exc:
