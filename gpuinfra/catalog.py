@@ -1,6 +1,9 @@
-"""GPU instance facts for AWS: GPU model and count, memory, EFA interfaces, on-demand price.
+"""GPU instance facts for AWS: GPU model and count, memory, EFA interfaces, on-demand price,
+and the regions each family is offered in.
 
-The data file is a dated snapshot (see ``PRICE_SOURCE``); a cost estimate shows that date.
+The data files are dated snapshots with their sources (``price_source()``, ``regions_source()``);
+a cost estimate shows the date. Prices are known for ``PRICE_REGION`` only: a stack in another
+region gets "no price" rather than another region's figure.
 """
 
 from __future__ import annotations
@@ -64,16 +67,50 @@ def price_source() -> str:
     return str(_raw()["source_prices"])
 
 
-def monthly_on_demand_usd(instance_type: str, count: int, hours: float = 730.0) -> float | None:
+def hourly_on_demand_usd(instance_type: str, region: str = PRICE_REGION) -> float | None:
+    """The on-demand hourly price in ``region``; None where the snapshot has none."""
+    spec = instance_types().get(instance_type)
+    if spec is None or region != PRICE_REGION:
+        return None
+    return spec.on_demand_usd_per_hour
+
+
+def monthly_on_demand_usd(
+    instance_type: str, count: int, hours: float = 730.0, *, region: str = PRICE_REGION
+) -> float | None:
     """On-demand cost of ``count`` instances for ``hours`` (730 = an average month).
 
-    None when the type is unknown or has no price in the snapshot (p5e): a ceiling check must
-    say it cannot price the pool rather than count it as free.
+    None when the type is unknown or has no price in the snapshot for ``region`` (p5e; any
+    region but PRICE_REGION): a ceiling check must say it cannot price the pool rather than
+    count it as free or borrow another region's price.
     """
-    spec = instance_types().get(instance_type)
-    if spec is None or spec.on_demand_usd_per_hour is None:
+    hourly = hourly_on_demand_usd(instance_type, region)
+    if hourly is None:
         return None
-    return round(spec.on_demand_usd_per_hour * count * hours, 2)
+    return round(hourly * count * hours, 2)
+
+
+@cache
+def _regions_raw() -> dict[str, object]:
+    text = resources.files("gpuinfra.data").joinpath("aws_gpu_regions.json").read_text()
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
+def regions_source() -> str:
+    raw = _regions_raw()
+    return f"{raw['source']} (as of {raw['as_of']})"
+
+
+def regions_as_of() -> str:
+    return str(_regions_raw()["as_of"])
+
+
+def offered_regions(instance_type: str) -> tuple[str, ...]:
+    """The regions the catalog records ``instance_type``'s family as offered in."""
+    families = _regions_raw()["families"]
+    assert isinstance(families, dict)
+    return tuple(families.get(instance_type.split(".", 1)[0], ()))
 
 
 # Availability zone names per region (AWS "Regions and Zones" documentation, 2026). Names, not

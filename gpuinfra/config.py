@@ -6,8 +6,10 @@ a silently ignored setting. Loading functions return models or raise ConfigError
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import re
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,8 +24,17 @@ from pydantic import (
 
 from gpuinfra import catalog
 from gpuinfra.addons import AddonsSettings
-from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import display_path, join_path, load_yaml, located_messages, validate
+from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
+from gpuinfra.loading import (
+    display_path,
+    is_dir,
+    is_file,
+    join_path,
+    list_dir,
+    load_yaml,
+    located_messages,
+    validate,
+)
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -37,6 +48,12 @@ POOL_LABEL = "gpuinfra.dev/pool"
 SYSTEM_POOL = "system"
 # x86 general-purpose, compute and memory families the standard EKS AMI runs on.
 SYSTEM_INSTANCE_FAMILIES = ("m6i", "m7i", "c6i", "c7i", "r6i", "r7i")
+# Amazon EKS service quotas: nodes per managed node group, and managed node groups per cluster.
+MAX_NODES_PER_GROUP = 450
+MAX_NODE_GROUPS = 30
+# A stack name as Pulumi allows it (letters, digits, '-', '_', '.'), and no longer than a
+# file name can carry.
+_STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 class Model(BaseModel):
@@ -139,9 +156,9 @@ class NodePoolConfig(CamelModel):
     name: str
     instance_type: str
     capacity_type: CapacityType = "on-demand"
-    min_size: int = Field(default=0, ge=0)
-    max_size: int = Field(default=1, ge=0)
-    desired_size: int = Field(default=0, ge=0)
+    min_size: int = Field(default=0, ge=0, le=MAX_NODES_PER_GROUP)
+    max_size: int = Field(default=1, ge=0, le=MAX_NODES_PER_GROUP)
+    desired_size: int = Field(default=0, ge=0, le=MAX_NODES_PER_GROUP)
     availability_zone: str | None = None
     efa: bool = False
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
@@ -187,7 +204,7 @@ class StorageConfig(CamelModel):
 
 
 class PolicyConfig(CamelModel):
-    max_nodes: int = Field(ge=0)
+    max_nodes: int = Field(ge=0, le=MAX_NODES_PER_GROUP * MAX_NODE_GROUPS)
     monthly_budget_usd: float = Field(gt=0)
     allowed_instance_types: list[str] = Field(min_length=1)
 
@@ -200,7 +217,7 @@ class StackConfig(Model):
     tags: Tags
     network: NetworkConfig
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    node_pools: list[NodePoolConfig] = Field(min_length=1)
+    node_pools: list[NodePoolConfig] = Field(min_length=1, max_length=MAX_NODE_GROUPS)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     policy: PolicyConfig
     addons: AddonsSettings = Field(default_factory=AddonsSettings)
@@ -237,6 +254,17 @@ def system_type_problem(instance_type: str) -> str | None:
     return f"'{instance_type}' is not a system node type (allowed: {families})"
 
 
+def offered_problem(instance_type: str, region: str) -> str | None:
+    """Whether the catalog records ``instance_type`` as offered in ``region``."""
+    regions = catalog.offered_regions(instance_type)
+    if region in regions or catalog.availability_zones(region) is None:
+        return None  # an unknown region is reported once, at aws:region
+    return (
+        f"{instance_type} is not offered in {region} as the catalog records it "
+        f"({catalog.regions_as_of()}; allowed regions: {allowed(regions) if regions else 'none'})"
+    )
+
+
 def zone_problem(region: str, zone: str) -> str | None:
     zones = catalog.availability_zones(region)
     if zones is None:
@@ -271,6 +299,9 @@ def node_pool_findings(pool: NodePoolConfig, region: str) -> list[Finding]:
         if bad_zone:
             found.append((("availability_zone",), bad_zone))
     spec = catalog.instance_types().get(pool.instance_type)
+    bad_region = offered_problem(pool.instance_type, region)
+    if spec is not None and bad_region:
+        found.append((("instance_type",), bad_region))
     if pool.efa and spec is not None and spec.efa_interfaces == 0:
         found.append((("efa",), f"{spec.name} has no EFA interfaces; {_efa_hint(spec.name)}"))
     if pool.efa and zone is None:
@@ -425,6 +456,15 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"no node pool has {flavor.gpu_type} GPUs (pools have {allowed(gpu_types)})",
                 )
             )
+    for i, pool in enumerate(cfg.node_pools):
+        if pool.max_size > cfg.policy.max_nodes:
+            found.append(
+                (
+                    ("node_pools", i, "max_size"),
+                    f"maxSize {pool.max_size} is over policy.maxNodes {cfg.policy.max_nodes} "
+                    f"(allowed: 0 to {cfg.policy.max_nodes})",
+                )
+            )
     for i, name in enumerate(cfg.policy.allowed_instance_types):
         unknown_type = instance_type_problem(name)
         if unknown_type:
@@ -473,23 +513,65 @@ def stack_path(env: str, root: Path | None = None) -> Path:
 
 def known_stacks(root: Path | None = None) -> list[str]:
     stacks = (root or repo_root()) / "stacks"
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks.glob("Pulumi.*.yaml"))
+    if not is_dir(stacks):
+        return []
+    return sorted(
+        p.name[len("Pulumi.") : -len(".yaml")]
+        for p in list_dir(stacks)
+        if p.name.startswith("Pulumi.") and p.name.endswith(".yaml") and p.exists()
+    )
+
+
+def check_stack_name(env: str) -> str:
+    """A ``--stack`` argument: a Pulumi stack name, never a path."""
+    if not _STACK_NAME.match(env):
+        raise UsageError(
+            f"--stack {excerpt(repr(env), 40)}: not a stack name (allowed: 1-100 letters, "
+            "digits, '-', '_' or '.', starting with a letter or digit)"
+        )
+    return env
 
 
 def load_stack(env: str, root: Path | None = None) -> StackConfig:
     """Read ``stacks/Pulumi.<env>.yaml`` into a StackConfig, or raise with every problem."""
-    path = stack_path(env, root)
-    if not path.exists():
+    path = stack_path(check_stack_name(env), root)
+    if not (is_file(path) or is_dir(path) or path.is_symlink()):
         stacks = known_stacks(root)
         raise UsageError(
             f"no stack '{env}' (stacks/Pulumi.{env}.yaml not found){did_you_mean(env, stacks)}; "
             f"stacks: {', '.join(stacks) or 'none'}"
         )
     shown = display_path(path)
-    return check_stack(parse_stack(load_yaml(path), shown), shown)
+    return check_stack(parse_stack(load_yaml(path), shown, stack=env), shown)
 
 
-def parse_stack(document: Any, file: str) -> StackConfig:
+# Keys Pulumi itself reads under ``pulumi:`` in a stack file.
+_PULUMI_KEYS = ("autonaming", "disable-default-providers", "tags", "template")
+
+
+@cache
+def provider_keys(namespace: str) -> tuple[str, ...]:
+    """The configuration keys a provider reads, from its installed Pulumi SDK.
+
+    The SDKs are generated from the providers' schemas: pulumi-aws's ``config/vars.py`` reads
+    each key by name, pulumi-kubernetes' ``ProviderArgs`` takes each as an argument.
+    """
+    if namespace == "pulumi":
+        return _PULUMI_KEYS
+    package = {"aws": "pulumi_aws", "kubernetes": "pulumi_kubernetes"}[namespace]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    base = Path(next(iter(spec.submodule_search_locations)))
+    if namespace == "aws":
+        text = (base / "config" / "vars.py").read_text(encoding="utf-8")
+        return tuple(sorted(set(re.findall(r"__config__\.get\w*\('(\w+)'", text))))
+    text = (base / "provider.py").read_text(encoding="utf-8")
+    names = set(re.findall(r'pulumi\.set\(__self__, "(\w+)"', text))
+    return tuple(sorted(camel(name) for name in names))
+
+
+def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackConfig:
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise ConfigError([Problem(file, "config", "a stack file needs a 'config' mapping")])
     raw: dict[str, Any] = document["config"]
@@ -497,22 +579,41 @@ def parse_stack(document: Any, file: str) -> StackConfig:
     problems: list[Problem] = []
     for key, value in raw.items():
         namespace, _, name = str(key).partition(":")
+        shown_key = f"config.{excerpt(str(key), 60)}"
         if namespace == "aws" and name == "region":
             data["region"] = value
         elif namespace == NAMESPACE and name in _STACK_KEYS:
             data[_STACK_KEYS[name]] = value
         elif namespace == NAMESPACE:
-            problems.append(
-                Problem(
-                    file, f"config.{key}", f"unknown key '{name}'{did_you_mean(name, _STACK_KEYS)}"
-                )
-            )
-        elif namespace not in ("aws", "kubernetes", "pulumi"):
+            hint = did_you_mean(name, _STACK_KEYS)
             problems.append(
                 Problem(
                     file,
-                    f"config.{key}",
-                    f"unknown namespace '{namespace}'; gpuinfra reads 'gpuinfra:' and 'aws:region'",
+                    shown_key,
+                    f"unknown key '{excerpt(name, 40)}'{hint}"
+                    + ("" if hint else f" (allowed: {allowed(_STACK_KEYS)})"),
+                )
+            )
+        elif namespace in ("aws", "kubernetes", "pulumi"):
+            known = provider_keys(namespace)
+            if name not in known:
+                hint = did_you_mean(name, known)
+                problems.append(
+                    Problem(
+                        file,
+                        shown_key,
+                        f"unknown {namespace} configuration key '{excerpt(name, 40)}'{hint}"
+                        + ("" if hint else f" (allowed: the {namespace} provider's keys)"),
+                    )
+                )
+        else:
+            problems.append(
+                Problem(
+                    file,
+                    shown_key,
+                    f"unknown namespace '{excerpt(namespace, 40)}'"
+                    f"{did_you_mean(namespace, (NAMESPACE, 'aws', 'kubernetes', 'pulumi'))} "
+                    "(allowed: 'gpuinfra:', 'aws:', 'kubernetes:' or 'pulumi:')",
                 )
             )
     if problems:
@@ -520,9 +621,31 @@ def parse_stack(document: Any, file: str) -> StackConfig:
     # Error paths read as the user wrote them: config.gpuinfra:nodePools[0].instanceType.
     reverse = {v: k for k, v in _STACK_KEYS.items()}
     try:
-        return validate(StackConfig, data, file)
+        cfg = validate(StackConfig, data, file, strict=True)
     except ConfigError as exc:
         raise ConfigError(_stack_paths(p, reverse) for p in exc.problems) from None
+    if stack is not None and not _environment_matches(stack, cfg.environment):
+        raise ConfigError(
+            [
+                Problem(
+                    file,
+                    f"config.{NAMESPACE}:environment",
+                    f"'{cfg.environment}' does not match stack '{excerpt(stack, 40)}': resources "
+                    f"would be named for {cfg.environment} (allowed: "
+                    f"{allowed(_environments_for(stack)) if _environments_for(stack) else 'none'}"
+                    "; a stack is named for its environment, or <environment>-<suffix>)",
+                )
+            ]
+        )
+    return cfg
+
+
+def _environments_for(stack: str) -> list[str]:
+    return [env for env in ENVIRONMENTS if stack == env or stack.startswith(f"{env}-")]
+
+
+def _environment_matches(stack: str, environment: str) -> bool:
+    return environment in _environments_for(stack)
 
 
 def _stack_paths(problem: Problem, reverse: dict[str, str]) -> Problem:

@@ -18,6 +18,27 @@ EXIT_INTERNAL = 70  # a defect in gpuinfra itself (sysexits' EX_SOFTWARE): the t
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
 
 
+# A message is one line a person reads whole: values are quoted as excerpts, and a line that
+# would still be longer is cut here.
+MAX_LINE = 300
+
+
+def excerpt(text: str, limit: int = 60) -> str:
+    """``text`` on one line, cut in the middle to at most ``limit`` characters."""
+    flat = " ".join(str(text).split()) if "\n" in str(text) else str(text)
+    if len(flat) <= limit:
+        return flat
+    head = (limit - 5) * 2 // 3
+    tail = limit - 5 - head
+    return f"{flat[:head]} ... {flat[-tail:]}" if tail > 0 else flat[:limit]
+
+
+def one_line(text: str) -> str:
+    """A message as one line of at most MAX_LINE characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= MAX_LINE else flat[: MAX_LINE - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with one key of one file."""
@@ -28,7 +49,7 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}: {self.path}" if self.path else self.file
-        return f"{where}: {self.message}"
+        return one_line(f"{where}: {self.message}")
 
 
 class GpuinfraError(Exception):
@@ -70,6 +91,12 @@ class CheckFailed(GpuinfraError):
 
     def lines(self) -> list[str]:
         return list(self.problems)
+
+
+class InputInvalid(CheckFailed):
+    """Lines about the user's input that come as text, not as Problems (a subprocess's). Exit 2."""
+
+    exit_code = EXIT_USAGE
 
 
 class UsageError(GpuinfraError):

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from gpuinfra import addons, catalog, chartdata, gpus, paths
+from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, GpuOperatorSettings
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.site import Site
 from gpuinfra.versions import Versions
 
@@ -1137,7 +1137,7 @@ def cdi_enabled(renders: Iterable[AddonRender]) -> bool:
 
 def play_roles(playbook: Path) -> tuple[str, ...]:
     """The roles a playbook's plays run, in order."""
-    plays = yaml.safe_load(playbook.read_text(encoding="utf-8")) or []
+    plays = load_yaml(playbook) or []
     roles: list[str] = []
     for play in plays:
         for role in play.get("roles", []):
@@ -1196,3 +1196,23 @@ def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list
     playbook = Path(root) / ADDONS_PLAYBOOK if root else None
     play = play_roles(playbook) if playbook is not None and playbook.is_file() else ()
     return enforce(check(site_state(site, renders, play=play)), file)
+
+
+@dataclass(frozen=True)
+class CheckedSite:
+    """A site as ``config check --site`` and ``plan --site`` both validate it."""
+
+    site: Site
+    renders: list[AddonRender]
+    warnings: list[Finding]
+
+
+def load_checked_site(
+    path: Path, *, roles_dir: Path | None = None, versions: Versions | None = None
+) -> CheckedSite:
+    """Read a site, its role variables, its add-on settings and renders, and check the whole:
+    one function, so that ``config check --site`` refuses exactly what ``plan --site`` does."""
+    site = site_mod.load_site(path, roles_dir)
+    renders = addons.render_all(addons.settings_from_site(site), versions=versions)
+    warnings = check_site(site, display_path(path), renders=renders)
+    return CheckedSite(site=site, renders=renders, warnings=warnings)

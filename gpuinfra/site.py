@@ -8,15 +8,16 @@ with a suggestion instead of a silently ignored setting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from gpuinfra import versions as versions_mod
-from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import display_path, load_yaml
+from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
+from gpuinfra.loading import MAX_DEPTH, display_path, is_dir, is_file, list_dir, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -69,25 +70,88 @@ def role_specs(roles_dir: Path | None = None) -> dict[str, dict[str, VarSpec]]:
     return specs
 
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,),
-    "int": (int,),
-    "bool": (bool,),
-    "float": (int, float),
-    "list": (list,),
-    "dict": (dict,),
-    "path": (str,),
-    "raw": (object,),
+# Ansible's own converters for argument_specs types: a site value is accepted where Ansible
+# accepts it ("8" for an int, "yes" for a bool), with two exceptions: a boolean is never a
+# number (Ansible would read ``true`` as 1) and a number is never a string (``535.10`` would
+# become "535.1").
+_TYPE_NAMES = ("str", "int", "bool", "float", "list", "dict", "path", "raw")
+
+
+@cache
+def _checkers() -> dict[str, Callable[[Any], Any]]:
+    # Imported when a site is read: stack commands do not pay for Ansible's import.
+    from ansible.module_utils.common import validation  # type: ignore[import-untyped]
+
+    return {name: getattr(validation, f"check_type_{name}") for name in _TYPE_NAMES}
+
+
+# Ranges Ansible's argument_specs cannot state, with the fact behind each.
+BOUNDS: dict[str, tuple[int, int, str]] = {
+    "gpu_node_check_expected_gpu_count": (
+        0,
+        16,
+        "a host carries at most 16 GPUs (8 on an HGX board, 16 on the largest DGX)",
+    ),
+    "gpu_node_check_min_temperature_headroom_c": (0, 100, "degrees Celsius below the slowdown"),
+    "gpu_node_check_min_power_headroom_pct": (0, 100, "a percentage"),
+    "nvidia_driver_reboot_timeout": (1, 86400, "seconds, at most a day"),
+    "node_packages_lock_timeout": (0, 86400, "seconds, at most a day"),
+    "node_packages_deadline": (1, 86400, "seconds, at most a day"),
+    "node_packages_fetch_timeout": (1, 3600, "seconds, at most an hour"),
+    "node_packages_fetch_retries": (0, 100, "tries"),
+    "node_packages_fetch_retry_delay": (0, 3600, "seconds, at most an hour"),
+    "ansible_port": (1, 65535, "a TCP port"),
 }
+
+
+def coerce(value: Any, spec: VarSpec) -> Any:
+    """``value`` as Ansible's argument validation converts it; ValueError when it cannot."""
+    if value is None:  # Ansible's argument validation leaves an unset (null) option alone
+        return None
+    if isinstance(value, bool) and spec.type in ("int", "float"):
+        raise ValueError(f"expected {spec.type}, got a boolean {value!r}")
+    if spec.type in ("str", "path") and not isinstance(value, str):
+        # Ansible would turn 535.10 into "535.1"; a string setting is written as a string.
+        raise ValueError(f"expected {spec.type}, got {excerpt(repr(value))}; quote it")
+    checkers = _checkers()
+    checker = checkers.get(spec.type, checkers["raw"])
+    try:
+        converted = checker(value)
+        if spec.type == "list" and spec.elements in checkers:
+            element = VarSpec(spec.role, spec.name, spec.elements)
+            converted = [coerce(item, element) for item in converted]
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("expected "):
+            raise
+        raise ValueError(f"expected {spec.type}, got {excerpt(repr(value))}") from None
+    return converted
 
 
 def check_vars(
     variables: dict[str, Any], file: str, roles_dir: Path | None = None
 ) -> list[Problem]:
     """Problems with the role variables set in one vars file."""
+    return _checked(variables, file, roles_dir)[0]
+
+
+def _checked(
+    variables: dict[str, Any], file: str, roles_dir: Path | None = None
+) -> tuple[list[Problem], dict[str, Any]]:
+    """Problems of one vars file, and its variables as Ansible converts them."""
     specs = role_specs(roles_dir)
     problems: list[Problem] = []
+    converted: dict[str, Any] = {}
     for key, value in variables.items():
+        if not isinstance(key, str):
+            problems.append(
+                Problem(file, excerpt(repr(key), 40), "a variable name must be a string; quote it")
+            )
+            continue
+        converted[key] = value
+        problem = _bound(key, value)
+        if problem:
+            problems.append(Problem(file, key, problem))
+            continue
         role = owner(key, specs)
         if role is None:
             continue
@@ -105,11 +169,15 @@ def check_vars(
             continue
         if _templated(value):
             continue
-        expected = _TYPES.get(spec.type, (object,))
-        if isinstance(value, bool) and bool not in expected and spec.type != "raw":
-            problems.append(Problem(file, key, f"expected {spec.type}, got a boolean {value!r}"))
-        elif not isinstance(value, expected):
-            problems.append(Problem(file, key, f"expected {spec.type}, got {value!r}"))
+        try:
+            value = coerce(value, spec)
+        except ValueError as exc:
+            problems.append(Problem(file, key, str(exc)))
+            continue
+        converted[key] = value
+        problem = _bound(key, value)
+        if problem:
+            problems.append(Problem(file, key, problem))
         elif spec.choices and any(v not in spec.choices for v in _members(value, spec)):
             value = next(v for v in _members(value, spec) if v not in spec.choices)
             choices = [str(c) for c in spec.choices]
@@ -117,12 +185,21 @@ def check_vars(
                 Problem(
                     file,
                     key,
-                    f"{value!r} is not allowed"
+                    f"{excerpt(repr(value))} is not allowed"
                     f"{did_you_mean(str(value), choices)} "
                     f"(allowed: {allowed(choices)})",
                 )
             )
-    return problems
+    return problems, converted
+
+
+def _bound(key: str, value: Any) -> str | None:
+    if key not in BOUNDS or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    low, high, why = BOUNDS[key]
+    if low <= value <= high:
+        return None
+    return f"{excerpt(repr(value))} is out of range (allowed: {low} to {high}; {why})"
 
 
 def _members(value: Any, spec: VarSpec) -> list[Any]:
@@ -141,40 +218,100 @@ def owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
     return max(owners, key=len) if owners else None
 
 
+def _site_names(root: Path) -> list[str]:
+    inventory = root / "inventory"
+    if not is_dir(inventory):
+        return []
+    return sorted(p.name for p in list_dir(inventory) if is_dir(p))
+
+
 def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     """Read an inventory directory; raise ConfigError listing every problem in its files."""
-    if not path.is_dir():
-        sites = sorted(p.name for p in (repo_root() / "inventory").glob("*") if p.is_dir())
+    if len(path.name.encode()) > 255 or not is_dir(path):
+        sites: list[str] = []
+        with contextlib.suppress(UsageError):
+            sites = _site_names(repo_root())
         raise UsageError(
-            f"no site at {path}{did_you_mean(path.name, sites)}; "
-            f"sites under inventory/: {', '.join(sites) or 'none'}"
+            f"no site at {display_path(path)}"
+            f"{did_you_mean(excerpt(path.name, 80), sites)}; sites under inventory/: "
+            f"{', '.join(sites) or 'none'}"
         )
-    hosts_file = next((path / n for n in ("hosts.yml", "hosts.yaml") if (path / n).exists()), None)
+    hosts_file = next(
+        (
+            path / n
+            for n in ("hosts.yml", "hosts.yaml")
+            if is_file(path / n) or is_dir(path / n) or (path / n).is_symlink()
+        ),
+        None,
+    )
     if hosts_file is None:
-        raise ConfigError([Problem(display_path(path), "", "no hosts.yml in the site directory")])
+        raise ConfigError(
+            [
+                Problem(
+                    display_path(path),
+                    "",
+                    "no hosts.yml in the site directory (allowed: hosts.yml or hosts.yaml)",
+                )
+            ]
+        )
     problems: list[Problem] = []
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {}
     inline: list[tuple[str, dict[str, Any], str | None]] = []
-    document = load_yaml(hosts_file) or {}
+    document = load_yaml(hosts_file)
     shown = display_path(hosts_file)
+    if document is None:
+        raise ConfigError(
+            [
+                Problem(
+                    shown,
+                    "",
+                    "the inventory is empty (allowed: a mapping of groups with at least one host)",
+                )
+            ]
+        )
     if not isinstance(document, dict):
         raise ConfigError([Problem(shown, "", "an inventory must be a mapping of groups")])
     for group, body in document.items():
         _walk_group(str(group), body, shown, str(group), hosts, groups, inline, problems)
+    if not hosts and not problems:
+        problems.append(
+            Problem(shown, "", "the inventory has no hosts (allowed: at least one host)")
+        )
 
-    files = list(_vars_files(path))
     per_file: dict[str, tuple[str, str, dict[str, Any]]] = {}
-    for kind, target, file in files:
-        data = load_yaml(file) or {}
+    for kind, target, file in vars_files(path):
         file_shown = display_path(file)
+        known = groups if kind == "group" else hosts
+        if target not in known and not (kind == "group" and target in ("all", "ungrouped")):
+            folder = "group_vars" if kind == "group" else "host_vars"
+            problems.append(
+                Problem(
+                    file_shown,
+                    "",
+                    f"no {kind} '{excerpt(target, 40)}' in {shown}, so Ansible never reads it"
+                    f"{did_you_mean(target, known)} (allowed: {folder}/<{kind} name>)",
+                )
+            )
+            continue
+        try:
+            data = load_yaml(file)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        if data is None:
+            continue
         if not isinstance(data, dict):
             problems.append(Problem(file_shown, "", "a vars file must be a mapping"))
             continue
-        problems.extend(check_vars(data, file_shown, roles_dir))
-        per_file[file_shown] = (kind, target, data)
-    for _group_path, data, _host in inline:
-        problems.extend(check_vars(data, shown, roles_dir))
+        found, converted = _checked(data, file_shown, roles_dir)
+        problems.extend(found)
+        per_file[file_shown] = (kind, target, converted)
+    checked_inline: list[tuple[str, dict[str, Any], str | None]] = []
+    for group_name, data, host_name in inline:
+        found, converted = _checked(data, shown, roles_dir)
+        problems.extend(found)
+        checked_inline.append((group_name, converted, host_name))
     if problems:
         raise ConfigError(problems)
 
@@ -187,7 +324,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 layers.append((order["all" if target == "all" else "group"], file_shown, data))
             elif kind == "host" and target == host.name:
                 layers.append((order["host"], file_shown, data))
-        for group_name, data, host_name in inline:
+        for group_name, data, host_name in checked_inline:
             if host_name == host.name or (host_name is None and group_name in host.groups):
                 layers.append((2 if host_name is None else 3, shown, data))
         for _rank, origin, data in sorted(layers, key=lambda item: item[0]):
@@ -195,10 +332,36 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 host.vars[key] = value
                 host.origin[key] = origin
     site = Site(name=path.name, path=path, hosts=hosts, groups=groups)
-    problems = check_versions(site)
+    problems = check_versions(site) + _check_addresses(site)
     if problems:
         raise ConfigError(problems)
     return site
+
+
+def _check_addresses(site: Site) -> list[Problem]:
+    """A host Ansible must reach needs an address: ``ansible_host`` may not be empty."""
+    problems: list[Problem] = []
+    for host in site.hosts.values():
+        if "ansible_host" not in host.vars:
+            continue
+        address = host.vars["ansible_host"]
+        if isinstance(address, str) and address.strip():
+            continue
+        if isinstance(address, str) and not address.strip():
+            message = "an empty address (allowed: a host name or an IP address)"
+        else:
+            message = (
+                f"{excerpt(repr(address))} is not an address (allowed: a host name or an IP "
+                "address, as a string)"
+            )
+        problems.append(
+            Problem(
+                host.origin.get("ansible_host", site.name),
+                "ansible_host",
+                f"host {host.name}: {message}",
+            )
+        )
+    return problems
 
 
 def _walk_group(
@@ -223,12 +386,27 @@ def _walk_group(
             problems.append(
                 Problem(
                     file,
-                    f"{where}.{key}",
-                    f"unknown group key '{key}'"
-                    f"{did_you_mean(str(key), ['hosts', 'children', 'vars'])}",
+                    f"{where}.{excerpt(str(key), 40)}",
+                    f"unknown group key '{excerpt(str(key), 40)}'"
+                    f"{did_you_mean(str(key), ['hosts', 'children', 'vars'])} "
+                    "(allowed: 'children', 'hosts' or 'vars')",
                 )
             )
-    for host_name, host_vars in (body.get("hosts") or {}).items():
+    for section in ("hosts", "children", "vars"):
+        if body.get(section) is not None and not isinstance(body[section], dict):
+            problems.append(Problem(file, f"{where}.{section}", f"'{section}' must be a mapping"))
+    host_entries: dict[Any, Any] = body["hosts"] if isinstance(body.get("hosts"), dict) else {}
+    for host_name, host_vars in host_entries.items():
+        if not str(host_name).strip() or host_name is None:
+            problems.append(
+                Problem(file, f"{where}.hosts", "a host without a name (allowed: a host name)")
+            )
+            continue
+        if host_vars is not None and not isinstance(host_vars, dict):
+            problems.append(
+                Problem(file, f"{where}.hosts.{host_name}", "host variables must be a mapping")
+            )
+            continue
         host = hosts.setdefault(str(host_name), Host(name=str(host_name)))
         for group in (*parents, name):
             if group not in host.groups:
@@ -237,9 +415,10 @@ def _walk_group(
                 groups[group].append(host.name)
         if host_vars:
             inline.append((name, dict(host_vars), host.name))
-    if body.get("vars"):
+    if isinstance(body.get("vars"), dict) and body["vars"]:
         inline.append((name, dict(body["vars"]), None))
-    for child, child_body in (body.get("children") or {}).items():
+    children: dict[Any, Any] = body["children"] if isinstance(body.get("children"), dict) else {}
+    for child, child_body in children.items():
         _walk_group(
             str(child),
             child_body,
@@ -253,17 +432,48 @@ def _walk_group(
         )
 
 
-def _vars_files(site: Path) -> Iterator[tuple[str, str, Path]]:
+# The vars file extensions Ansible reads (its YAML_FILENAME_EXTENSIONS); a file without one is
+# read too.
+VARS_EXTENSIONS = (".yml", ".yaml", ".json")
+
+
+def vars_files(site: Path) -> Iterator[tuple[str, str, Path]]:
+    """(``group``/``host``, its name, file) for every vars file Ansible reads, in its order.
+
+    As Ansible's ``host_group_vars`` plugin finds them: ``group_vars/<name>`` as a file with
+    one of VARS_EXTENSIONS or none, or as a directory read recursively in sorted order,
+    skipping hidden files, backups (``~``) and other extensions.
+    """
     for kind, folder in (("group", "group_vars"), ("host", "host_vars")):
         base = site / folder
-        if not base.is_dir():
+        if not is_dir(base):
             continue
-        for entry in sorted(base.iterdir()):
-            if entry.is_dir():
-                for file in sorted(entry.glob("*.y*ml")):
+        for entry in list_dir(base):
+            if entry.name.startswith(".") or entry.name.endswith("~"):
+                continue
+            if is_dir(entry):
+                if entry.suffix and entry.suffix not in VARS_EXTENSIONS:
+                    continue
+                for file in _dir_files(entry, depth=0):
                     yield kind, entry.name, file
-            elif entry.suffix in (".yml", ".yaml"):
-                yield kind, entry.stem, entry
+            elif not entry.suffix or entry.suffix in VARS_EXTENSIONS:
+                name = entry.name if not entry.suffix else entry.stem
+                yield kind, name, entry
+
+
+def _dir_files(folder: Path, depth: int) -> Iterator[Path]:
+    if depth > MAX_DEPTH:
+        raise ConfigError(
+            [Problem(display_path(folder), "", f"nested deeper than {MAX_DEPTH} directories")]
+        )
+    for entry in list_dir(folder):
+        if entry.name.startswith(".") or entry.name.endswith("~"):
+            continue
+        if is_dir(entry):
+            if not entry.suffix:
+                yield from _dir_files(entry, depth + 1)
+        elif not entry.suffix or entry.suffix in VARS_EXTENSIONS:
+            yield entry
 
 
 DRIVER_SOURCES = ("distro", "cuda_repo", "preinstalled")

@@ -134,7 +134,7 @@ def versions_path(root: Path | None = None) -> Path:
 def load(path: Path | None = None) -> Versions:
     """Load and shape-check versions.yaml (ConfigError on a structural mistake)."""
     path = path or versions_path()
-    return validate(Versions, load_yaml(path), display_path(path))
+    return validate(Versions, load_yaml(path), display_path(path), strict=True)
 
 
 def load_checked(path: Path | None = None) -> Versions:

@@ -25,7 +25,7 @@ from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.addons.volcano import VolcanoSettings
 from gpuinfra.errors import ConfigError, Problem, UsageError
 from gpuinfra.loading import validate
-from gpuinfra.site import Site
+from gpuinfra.site import Site, VarSpec, coerce
 from gpuinfra.suggest import did_you_mean
 from gpuinfra.versions import Versions
 
@@ -99,12 +99,37 @@ def settings_from_role_vars(
     ]
     if unknown:
         raise ConfigError(unknown)
+    data, wrong = _as_ansible_converts(addon, model, data, file)
+    if wrong:
+        raise ConfigError(wrong)
     try:
-        return validate(model, data, file)
+        return validate(model, data, file, strict=True)
     except ConfigError as exc:
         raise ConfigError(
             Problem(p.file, prefix + p.path if p.path else "", p.message) for p in exc.problems
         ) from None
+
+
+def _as_ansible_converts(
+    addon: str, model: type[AddonSettings], data: dict[str, Any], file: str
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Top-level values converted as the role's argument_specs make Ansible convert them
+    ("8" for an int); what stays is validated with its YAML type."""
+    from gpuinfra.addons.rolefiles import argument_type
+
+    converted: dict[str, Any] = {}
+    wrong: list[Problem] = []
+    for key, value in data.items():
+        kind = argument_type(model.model_fields[key].annotation)
+        spec = VarSpec(addon, f"{addon}_{key}", kind["type"], elements=kind.get("elements"))
+        if isinstance(value, str) and "{{" in value:
+            converted[key] = value
+            continue
+        try:
+            converted[key] = coerce(value, spec)
+        except ValueError as exc:
+            wrong.append(Problem(file, spec.name, str(exc)))
+    return converted, wrong
 
 
 def settings_from_site(site: Site) -> AddonsSettings:

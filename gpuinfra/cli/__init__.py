@@ -18,8 +18,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+# typer (pinned) carries its own copy of click; its usage errors are these classes.
+from typer._click.exceptions import NoArgsIsHelpError
+from typer._click.exceptions import UsageError as ArgumentError
+
 from gpuinfra.cli.console import err, out
-from gpuinfra.errors import EXIT_INTERNAL, CheckFailed, ConfigError, GpuinfraError, UsageError
+from gpuinfra.errors import (
+    EXIT_INTERNAL,
+    CheckFailed,
+    ConfigError,
+    GpuinfraError,
+    UsageError,
+    one_line,
+)
 
 if TYPE_CHECKING:
     from gpuinfra import versions as versions_mod
@@ -98,8 +109,7 @@ def config_check(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
 ) -> None:
     """Validate a stack file or a site inventory; exit 2 with one line per problem."""
-    from gpuinfra import addons, config, integrity
-    from gpuinfra import site as site_mod
+    from gpuinfra import config, integrity
     from gpuinfra.loading import display_path
 
     if (stack is None) == (site is None):
@@ -112,12 +122,10 @@ def config_check(
         out.print(f"stack {stack}: valid ({len(cfg.node_pools)} node pools)")
     else:
         assert site is not None
-        loaded = site_mod.load_site(site)
-        renders = addons.render_all(addons.settings_from_site(loaded))
-        warnings = integrity.check_site(loaded, display_path(site), renders=renders)
-        for warning in warnings:
+        checked = integrity.load_checked_site(site)
+        for warning in checked.warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
-        out.print(f"site {loaded.name}: valid ({len(loaded.hosts)} hosts)")
+        out.print(f"site {checked.site.name}: valid ({len(checked.site.hosts)} hosts)")
 
 
 def _register_command_groups() -> None:
@@ -132,14 +140,19 @@ _register_command_groups()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turn library errors into messages and exit codes."""
-    # Standalone mode lets the CLI library report its own usage errors (exit 2).
     try:
-        app(args=argv)
+        # Not standalone: a usage error comes back here and is told in one line, like the rest.
+        code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ArgumentError as exc:
+        sys.exit(_usage_error(exc))
     except GpuinfraError as exc:
         for line in exc.lines():
-            err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(one_line(line))}", highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
     except Exception as exc:
@@ -148,6 +161,17 @@ def main(argv: list[str] | None = None) -> None:
         line = f"internal error: {type(exc).__name__}: {exc}; this is a defect in gpuinfra"
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
         sys.exit(EXIT_INTERNAL)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _usage_error(exc: ArgumentError) -> int:
+    """An argument the command line library refused, as one line naming the command."""
+    message = exc.format_message().replace("Value error, ", "")
+    command = exc.ctx.command_path if exc.ctx is not None else "gpuinfra"
+    line = one_line(f"{command}: {message[0].lower()}{message[1:]} (see {command} --help)")
+    err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
+    return exc.exit_code
 
 
 __all__ = ["ConfigError", "app", "main"]

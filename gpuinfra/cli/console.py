@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import UsageError, excerpt
 
 # Pipes and CI logs get a wide table rather than rich's 80-column default.
 WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
@@ -34,7 +34,7 @@ def emit(text: str, path: Path | None = None) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"--out {path}: cannot write: {exc.strerror}") from None
+        raise UsageError(f"--out {excerpt(str(path), 80)}: cannot write: {exc.strerror}") from None
 
 
 def render_text(renderables: list[RenderableType]) -> str:

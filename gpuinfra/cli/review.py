@@ -16,7 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from gpuinfra.cli.console import emit, render_text
-from gpuinfra.errors import CheckFailed, UsageError
+from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
     from gpuinfra.review import diff as diff_mod
@@ -160,6 +160,10 @@ def register(app: typer.Typer) -> None:
             emit(plan_mod.render_markdown(doc), out)
         else:
             emit(render_text(plan_tables(doc)), out)
+        policy = doc.get("policy")
+        if policy is not None and not policy["passed"]:
+            # The plan is shown whole, then the command fails as a check does (exit 1).
+            raise CheckFailed(f"policy {v['policy']}: {v['message']}" for v in policy["violations"])
 
     @app.command("cost")
     def cost(
@@ -194,6 +198,7 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
     ) -> None:
         """What the working tree changes against --base: resources, versions, values, alerts, cost."""
+        from gpuinfra import config
         from gpuinfra.review import diff as diff_mod
         from gpuinfra.review import plan as plan_mod
 
@@ -201,9 +206,15 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give one of --stack ENV, --site NAME or --all")
         only = None
         if stack is not None:
-            only = diff_mod.Target("stack", stack)
+            only = diff_mod.Target("stack", config.check_stack_name(stack))
         elif site is not None:
-            only = diff_mod.Target("site", Path(site).name)
+            name = Path(site).name
+            if not name or len(name.encode()) > 255:
+                raise UsageError(
+                    f"--site {excerpt(repr(site), 40)}: not a site name (allowed: a directory "
+                    "name under inventory/, at most 255 bytes)"
+                )
+            only = diff_mod.Target("site", name)
         report = diff_mod.diff(base, only=only)
         if fmt is ReviewFormat.json:
             emit(plan_mod.to_json(report.document()), out)
@@ -211,5 +222,11 @@ def register(app: typer.Typer) -> None:
             emit(diff_mod.render_markdown(report), out)
         else:
             emit(render_text(diff_tables(report)), out)
+        if report.input_error and not report.versions.warnings:
+            # A file of the working tree is wrong: the user's input, exit 2. A bump that breaks
+            # a compatibility rule stays a failed check (exit 1): the diff's finding.
+            raise InputInvalid(
+                f"{t.target}: {line}" for t in report.targets if t.input_error for line in t.errors
+            )
         if report.failed:
             raise CheckFailed(f"{t.target}: {line}" for t in report.targets for line in t.errors)

@@ -70,6 +70,10 @@ NetworkTimeout: 15
 DlMaxRetries: 1
 """
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+# A prefix names containers and images (``<prefix>-<N>``): short enough for a host name label.
+MAX_PREFIX = 40
+# Unprivileged ports, leaving room above the base for the hosts (BASE+N, N <= 32).
+PORT_RANGE = (1024, 65000)
 # debootstrap fetches with wget, whose defaults wait 900 s on a silent server and try 20 times.
 _WGETRC = "connect_timeout = 15\nread_timeout = 30\ntries = 3\nwaitretry = 5\n"
 DEBOOTSTRAP_TIMEOUT = 1200
@@ -89,17 +93,42 @@ class Settings:
 
     @classmethod
     def from_env(cls, prefix: str | None = None, port_base: int | None = None) -> Settings:
-        """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / GPUINFRA_APT_PROXY_PORT."""
-        prefix = prefix or os.environ.get("GPUINFRA_LAB_PREFIX") or DEFAULT_PREFIX
+        """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / GPUINFRA_APT_PROXY_PORT.
+
+        An option given empty or out of range is an error naming it, never the default: a
+        ``lab down --prefix ''`` must not act on the default lab.
+        """
+        if prefix is not None:
+            where = "--prefix"
+        elif "GPUINFRA_LAB_PREFIX" in os.environ:
+            where, prefix = "GPUINFRA_LAB_PREFIX", os.environ["GPUINFRA_LAB_PREFIX"]
+        else:
+            where, prefix = "--prefix", DEFAULT_PREFIX
+        if not prefix or len(prefix) > MAX_PREFIX:
+            raise UsageError(
+                f"{where} {prefix!r}: allowed 1-{MAX_PREFIX} lowercase letters, digits and '-', "
+                "starting with a letter"
+                if len(prefix) <= MAX_PREFIX
+                else f"{where}: {len(prefix)} characters (allowed: 1-{MAX_PREFIX} lowercase "
+                "letters, digits and '-', starting with a letter)"
+            )
         if not prefix[0].isalpha() or not set(prefix) <= _NAME_OK:
             raise UsageError(
-                f"lab prefix {prefix!r}: use lowercase letters, digits and '-', starting with a letter"
+                f"{where} {prefix!r}: allowed 1-{MAX_PREFIX} lowercase letters, digits and '-', "
+                "starting with a letter"
             )
-        base = port_base or _env_int("GPUINFRA_LAB_PORT_BASE", DEFAULT_PORT_BASE)
+        if port_base is not None:
+            base_where, base = "--port-base", port_base
+        else:
+            base_where = "GPUINFRA_LAB_PORT_BASE"
+            base = _env_int("GPUINFRA_LAB_PORT_BASE", DEFAULT_PORT_BASE)
         proxy = _env_int("GPUINFRA_APT_PROXY_PORT", DEFAULT_PROXY_PORT)
-        for name, value in (("port base", base), ("apt proxy port", proxy)):
-            if not 1024 <= value <= 65000:
-                raise UsageError(f"lab {name} {value}: allowed 1024-65000")
+        for name, value in ((base_where, base), ("GPUINFRA_APT_PROXY_PORT", proxy)):
+            if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
+                raise UsageError(
+                    f"{name} {value}: allowed {PORT_RANGE[0]}-{PORT_RANGE[1]} (unprivileged "
+                    "ports; host N listens on the base + N)"
+                )
         return cls(prefix=prefix, port_base=base, proxy_port=proxy)
 
     @property

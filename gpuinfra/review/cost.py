@@ -9,6 +9,7 @@ invented figure.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -133,7 +134,7 @@ def estimate(cfg: StackConfig) -> CostEstimate:
     """The monthly estimate of one environment, every pool at its desired and its max size."""
     lines: list[CostLine] = []
     for pool in cfg.node_pools:
-        lines.append(_instances(pool))
+        lines.append(_instances(pool, cfg.region))
         lines.append(_root_volumes(pool))
     system = cfg.cluster
     lines.append(
@@ -153,6 +154,8 @@ def estimate(cfg: StackConfig) -> CostEstimate:
     )
     lines.extend(_network(cfg))
     lines.extend(_storage(cfg))
+    if cfg.region != storage_prices().region:
+        lines = [_unpriced_here(line, storage_prices().region, cfg.region) for line in lines]
     lines.append(
         CostLine(
             category="control-plane",
@@ -168,7 +171,19 @@ def estimate(cfg: StackConfig) -> CostEstimate:
     return CostEstimate(environment=cfg.environment, region=cfg.region, lines=tuple(lines))
 
 
-def _instances(pool: NodePoolConfig) -> CostLine:
+def _unpriced_here(line: CostLine, priced_region: str, region: str) -> CostLine:
+    """A storage line of a region the tables hold no prices for: lacking, not borrowed."""
+    if line.category not in ("storage", "fsx") or line.status == "lacking":
+        return line
+    return dataclasses.replace(
+        line,
+        status="lacking",
+        unit_usd=None,
+        note=f"no price for {region} (the storage price table holds {priced_region} only)",
+    )
+
+
+def _instances(pool: NodePoolConfig, region: str) -> CostLine:
     def line(status: Status, unit_usd: float | None, note: str) -> CostLine:
         return CostLine(
             category="gpu-instances",
@@ -189,8 +204,16 @@ def _instances(pool: NodePoolConfig) -> CostLine:
             None,
             "Capacity Blocks are priced per block at purchase; not in the price tables",
         )
-    hourly = catalog.instance_types()[pool.instance_type].on_demand_usd_per_hour
-    monthly = catalog.monthly_on_demand_usd(pool.instance_type, 1, hours=HOURS_PER_MONTH)
+    hourly = catalog.hourly_on_demand_usd(pool.instance_type, region)
+    monthly = catalog.monthly_on_demand_usd(
+        pool.instance_type, 1, hours=HOURS_PER_MONTH, region=region
+    )
+    if region != catalog.PRICE_REGION:
+        return line(
+            "lacking",
+            None,
+            f"no on-demand price for {region} (the price table holds {catalog.PRICE_REGION} only)",
+        )
     if hourly is None or monthly is None:
         return line(
             "lacking", None, f"no on-demand price for {pool.instance_type} in the price table"

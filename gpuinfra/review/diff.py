@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
-from gpuinfra.errors import ConfigError, ToolError, UsageError
+from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError
 from gpuinfra.paths import repo_root
 from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
@@ -117,6 +117,8 @@ class TargetDiff:
     errors: tuple[str, ...] = ()
     sections: dict[str, SectionDiff] = field(default_factory=dict)
     cost: CostDelta | None = None
+    # The working tree's own files are wrong (its plan exited 2): the user's input to fix.
+    input_error: bool = False
 
     def document(self) -> dict[str, Any]:
         return {
@@ -151,6 +153,11 @@ class Report:
     @property
     def failed(self) -> bool:
         return any(t.status == "error" for t in self.targets)
+
+    @property
+    def input_error(self) -> bool:
+        """Whether a working-tree file is wrong (exit 2), as opposed to a plan that failed."""
+        return any(t.input_error for t in self.targets)
 
     def document(self) -> dict[str, Any]:
         return {
@@ -413,6 +420,7 @@ def _reviewed(root: Path, path: Path) -> bool:
 class PlanResult:
     document: dict[str, Any] | None
     errors: tuple[str, ...] = ()
+    exit_code: int = 0
 
 
 def plan_in(root: Path, target: Target) -> PlanResult:
@@ -438,7 +446,9 @@ def plan_in(root: Path, target: Target) -> PlanResult:
             for line in proc.stderr.splitlines()
             if line.strip() and not line.startswith("Traceback")
         ]
-        return PlanResult(None, tuple(lines[-20:]) or (f"plan exited {proc.returncode}",))
+        return PlanResult(
+            None, tuple(lines[-20:]) or (f"plan exited {proc.returncode}",), proc.returncode
+        )
     document: dict[str, Any] = json.loads(proc.stdout)
     return PlanResult(document)
 
@@ -536,7 +546,14 @@ def diff(
     for target, (before, after) in zip(chosen, _pairs(results), strict=True):
         errors = tuple(f"{base}: {e}" for e in before.errors) + after.errors
         if errors:
-            reports.append(TargetDiff(target=target.label, status="error", errors=errors))
+            reports.append(
+                TargetDiff(
+                    target=target.label,
+                    status="error",
+                    errors=errors,
+                    input_error=after.exit_code == EXIT_USAGE,
+                )
+            )
             continue
         reports.append(diff_plans(target.label, before.document, after.document))
     return Report(

@@ -260,8 +260,9 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     """The plan of a bare-metal site: hosts and groups, role settings and versions per host."""
     root = root or repo_root()
     roles_dir = root / "roles"
-    site = site_mod.load_site(path, roles_dir)
     pins = versions_mod.pinned(root)
+    checked = integrity.load_checked_site(path, roles_dir=roles_dir, versions=pins)
+    site = checked.site
     specs = site_mod.role_specs(roles_dir)
     defaults = {role: _role_defaults(roles_dir / role, role, specs) for role in specs}
     plays = _plays(root / "playbooks" / "site.yml")
@@ -294,10 +295,8 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
         "hosts": hosts,
         "versions": versions_section(pins),
     }
-    renders = addons.render_all(addons.settings_from_site(site), versions=pins)
-    warnings = integrity.check_site(site, display_path(path), renders=renders)
-    document.update(addons_sections(renders))
-    document["integrity"] = [w.document() for w in warnings]
+    document.update(addons_sections(checked.renders))
+    document["integrity"] = [w.document() for w in checked.warnings]
     return document
 
 

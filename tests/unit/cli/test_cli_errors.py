@@ -85,7 +85,7 @@ def test_wrong_type_is_exit_2(tmp_path: Path) -> None:
     result = run_cli("versions", "check", root=root)
     assert result.code == 2
     assert (
-        "versions.yaml: containerd.source.packages: input should be a valid tuple, got "
+        "versions.yaml: containerd.source.packages: input should be a list, got "
         "'containerd'" in result.stderr
     )
 

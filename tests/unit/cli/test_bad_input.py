@@ -1,0 +1,1269 @@
+"""Bad input, the way a careless or hostile user gives it: one line, the right exit code, no change.
+
+Every row is one mistake in a file a user edits (a stack file, versions.yaml, a site's
+inventory and vars files, add-on settings) or in an argument. Each runs the real CLI in this
+process against a copy of the repository and asserts what a user would notice: the exit code,
+a single ``error:`` line of at most 300 characters that names the file (or the argument), the
+key and what is allowed, and a tree that is byte for byte what it was before. A new case is one
+row in ``CASES``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpuinfra import cli, site, versions
+from gpuinfra.errors import MAX_LINE
+from tests.conftest import ROOT
+
+Edit = Callable[[Path], None]
+
+DEV = "stacks/Pulumi.dev.yaml"
+PROD = "stacks/Pulumi.prod.yaml"
+SITE = "inventory/example"
+HOSTS = f"{SITE}/hosts.yml"
+NODE_VARS = f"{SITE}/group_vars/gpu_nodes"
+ALL_VARS = f"{SITE}/group_vars/all"
+
+
+# --- edits: each returns a function that changes the copied repository -------------------------
+
+
+def sub(rel: str, old: str, new: str) -> Edit:
+    """Replace the first ``old`` in a file (which must hold it) by ``new``."""
+
+    def edit(root: Path) -> None:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        assert old in text, f"{rel} has no {old!r}"
+        path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+    return edit
+
+
+def put(rel: str, content: str | bytes) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+    return edit
+
+
+def link(rel: str, target: str) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / rel
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+
+    return edit
+
+
+def mkdir(rel: str) -> Edit:
+    def edit(root: Path) -> None:
+        path = root / rel
+        if path.is_file():
+            path.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+
+    return edit
+
+
+def remove(rel: str) -> Edit:
+    def edit(root: Path) -> None:
+        (root / rel).unlink()
+
+    return edit
+
+
+def both(*edits: Edit) -> Edit:
+    def edit(root: Path) -> None:
+        for one in edits:
+            one(root)
+
+    return edit
+
+
+def git_repo(then: Edit) -> Edit:
+    """Commit the copy as a git repository, then make the working tree bad."""
+
+    def edit(root: Path) -> None:
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        }
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+            subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
+        then(root)
+
+    return edit
+
+
+def nothing(root: Path) -> None:
+    del root
+
+
+def alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        refs = ", ".join([f"*a{i - 1}"] * 10)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def stack_with(extra: str) -> str:
+    """The dev stack's text with ``extra`` lines appended under ``config:``."""
+    text = (ROOT / DEV).read_text(encoding="utf-8")
+    return text.rstrip("\n") + "\n" + extra
+
+
+DEV_TEXT = (ROOT / DEV).read_text(encoding="utf-8")
+P4DE_IN_CANADA = both(
+    sub(DEV, "aws:region: us-east-1", "aws:region: ca-central-1"),
+    sub(DEV, "[us-east-1a, us-east-1b]", "[ca-central-1a, ca-central-1b]"),
+    sub(DEV, "instanceType: g6.xlarge", "instanceType: p4de.24xlarge"),
+    sub(
+        DEV,
+        "allowedInstanceTypes: [g6.xlarge, g6.2xlarge]",
+        "allowedInstanceTypes: [p4de.24xlarge]",
+    ),
+    sub(DEV, "gpuType: l4, gpus: 2", "gpuType: a100, gpus: 2"),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]
+    edit: Edit
+    code: int
+    # Each must appear in the one error line: the file (or argument), the key, what is allowed.
+    file: str
+    key: str
+    allowed: str
+    skip: str | None = field(default=None)
+
+
+def stack(
+    case_id: str,
+    edit: Edit,
+    key: str,
+    allowed: str,
+    *,
+    code: int = 2,
+    file: str = DEV,
+    argv: tuple[str, ...] = ("config", "check", "--stack", "dev"),
+) -> Case:
+    return Case(case_id, argv, edit, code, file, key, allowed)
+
+
+def vers(
+    case_id: str,
+    edit: Edit,
+    key: str,
+    allowed: str,
+    *,
+    code: int = 2,
+    argv: tuple[str, ...] = ("versions", "check"),
+) -> Case:
+    return Case(case_id, argv, edit, code, "versions.yaml", key, allowed)
+
+
+def site_case(
+    case_id: str,
+    edit: Edit,
+    file: str,
+    key: str,
+    allowed: str,
+    *,
+    argv: tuple[str, ...] = ("config", "check", "--site", SITE),
+    code: int = 2,
+    skip: str | None = None,
+) -> Case:
+    return Case(case_id, argv, edit, code, file, key, allowed, skip)
+
+
+def arg(
+    case_id: str,
+    argv: tuple[str, ...],
+    name: str,
+    allowed: str,
+    *,
+    key: str = "",
+    edit: Edit = nothing,
+) -> Case:
+    return Case(case_id, argv, edit, 2, name, key or name, allowed)
+
+
+AS_ROOT = "root reads every file whatever its mode" if os.geteuid() == 0 else None
+PLAN_SITE = ("plan", "--site", SITE, "--format", "json")
+
+CASES: list[Case] = [
+    # --- stack files: the YAML itself ---------------------------------------------------------
+    stack(
+        "stack-duplicate-top-key",
+        sub(DEV, "  gpuinfra:storage:", "  gpuinfra:environment: dev\n  gpuinfra:storage:"),
+        "duplicate key 'gpuinfra:environment'",
+        "each key once",
+    ),
+    stack(
+        "stack-duplicate-nested-key",
+        sub(DEV, "maxSize: 2", "maxSize: 2\n      maxSize: 3"),
+        "duplicate key 'maxSize'",
+        "each key once",
+    ),
+    stack("stack-not-utf8", put(DEV, DEV_TEXT.encode() + b"# caf\xe9\n"), "line ", "UTF-8"),
+    stack("stack-utf16", put(DEV, DEV_TEXT.encode("utf-16")), "line 1", "UTF-8"),
+    stack(
+        "stack-nested-3000",
+        put(DEV, "config:\n  x: " + "[" * 3000 + "]" * 3000 + "\n"),
+        "nested deeper than 64",
+        "at most 64",
+    ),
+    stack("stack-alias-bomb", put(DEV, alias_bomb(9)), "aliases", "at most 100000"),
+    stack("stack-alias-self", put(DEV, "config: &c\n  x: *c\n"), "line", "alias refers"),
+    stack(
+        "stack-too-large", put(DEV, DEV_TEXT + "#" * (1024 * 1024) + "\n"), "bytes", "1048576 bytes"
+    ),
+    stack("stack-is-a-directory", mkdir(DEV), "", "is a directory, not a file"),
+    stack("stack-symlink-loop", link(DEV, "Pulumi.dev.yaml"), "", "symlink loop"),
+    stack(
+        "stack-dangling-symlink",
+        link(DEV, "nowhere.yaml"),
+        "'nowhere.yaml'",
+        "which does not exist",
+    ),
+    stack("stack-not-yaml", put(DEV, "config:\n  gpuinfra:tags: [a\n"), "line 3", "not valid YAML"),
+    stack(
+        "stack-tab-indent",
+        put(DEV, "config:\n\tgpuinfra:environment: dev\n"),
+        "line 2",
+        "not valid YAML",
+    ),
+    stack("stack-empty", put(DEV, ""), "config", "needs a 'config' mapping"),
+    stack("stack-config-list", put(DEV, "config: [1, 2]\n"), "config", "needs a 'config' mapping"),
+    stack(
+        "stack-bool-key",
+        sub(DEV, "      rootVolumeGib: 150", "      rootVolumeGib: 150\n      labels: {on: x}"),
+        "nodePools[0].labels",
+        "string keys",
+    ),
+    stack(
+        "stack-date-value",
+        sub(DEV, "team: ml-platform", "team: 2026-01-01"),
+        "tags.team",
+        "quote it",
+    ),
+    # --- stack files: types are kept --------------------------------------------------------
+    stack(
+        "stack-bool-as-int",
+        sub(DEV, "maxSize: 2", "maxSize: on"),
+        "nodePools[0].maxSize",
+        "valid integer",
+    ),
+    stack(
+        "stack-string-as-int",
+        sub(DEV, "maxSize: 2", 'maxSize: "2"'),
+        "nodePools[0].maxSize",
+        "valid integer",
+    ),
+    stack(
+        "stack-float-as-int",
+        sub(DEV, "maxSize: 2", "maxSize: 2.5"),
+        "nodePools[0].maxSize",
+        "valid integer",
+    ),
+    stack(
+        "stack-string-as-bool",
+        sub(DEV, "endpointPublicAccess: true", 'endpointPublicAccess: "true"'),
+        "cluster.endpointPublicAccess",
+        "valid boolean",
+    ),
+    stack(
+        "stack-int-as-bool",
+        sub(DEV, "singleNatGateway: true", "singleNatGateway: 1"),
+        "network.singleNatGateway",
+        "valid boolean",
+    ),
+    stack(
+        "stack-number-as-string",
+        sub(DEV, "costCenter: cc-1042", "costCenter: 1042"),
+        "tags.costCenter",
+        "valid string",
+    ),
+    stack(
+        "stack-list-as-mapping",
+        sub(
+            DEV,
+            "  gpuinfra:tags:\n    team: ml-platform\n    project: gpuinfra\n    costCenter: cc-1042\n",
+            "  gpuinfra:tags: [a]\n",
+        ),
+        "gpuinfra:tags",
+        "mapping",
+    ),
+    # --- stack files: keys and namespaces ---------------------------------------------------
+    stack(
+        "stack-aws-regoin",
+        sub(DEV, "aws:region:", "aws:regoin:"),
+        "config.aws:regoin",
+        "did you mean 'region'",
+    ),
+    stack(
+        "stack-aws-profle",
+        sub(DEV, "  aws:region: us-east-1", "  aws:region: us-east-1\n  aws:profle: x"),
+        "config.aws:profle",
+        "did you mean 'profile'",
+    ),
+    stack(
+        "stack-kubernetes-key",
+        sub(DEV, "  aws:region: us-east-1", "  aws:region: us-east-1\n  kubernetes:kubeconfg: x"),
+        "config.kubernetes:kubeconfg",
+        "did you mean 'kubeconfig'",
+    ),
+    stack(
+        "stack-pulumi-key",
+        sub(DEV, "  aws:region: us-east-1", "  aws:region: us-east-1\n  pulumi:tagz: {}"),
+        "config.pulumi:tagz",
+        "did you mean 'tags'",
+    ),
+    stack(
+        "stack-gpuinfra-key",
+        sub(DEV, "gpuinfra:nodePools:", "gpuinfra:nodePool:"),
+        "config.gpuinfra:nodePool",
+        "did you mean 'nodePools'",
+    ),
+    stack(
+        "stack-namespace-typo",
+        sub(DEV, "aws:region:", "awz:region:"),
+        "config.awz:region",
+        "did you mean 'aws'",
+    ),
+    stack(
+        "stack-pool-key-typo",
+        sub(DEV, "minSize: 0", "minSzie: 0"),
+        "nodePools[0].minSzie",
+        "did you mean 'minSize'",
+    ),
+    stack(
+        "stack-missing-tags",
+        sub(DEV, "    costCenter: cc-1042\n", ""),
+        "tags.costCenter",
+        "required key is missing",
+    ),
+    # --- stack files: values, bounds from the catalog and the policy ------------------------
+    stack(
+        "stack-environment-mismatch",
+        sub(DEV, "environment: dev", "environment: prod"),
+        "config.gpuinfra:environment",
+        "allowed: 'dev'",
+    ),
+    stack(
+        "stack-environment-staging",
+        sub(DEV, "environment: dev", "environment: staging"),
+        "config.gpuinfra:environment",
+        "allowed: 'dev'",
+    ),
+    stack(
+        "stack-environment-unknown",
+        sub(DEV, "environment: dev", "environment: qa"),
+        "config.gpuinfra:environment",
+        "'dev', 'prod' or 'staging'",
+    ),
+    stack(
+        "stack-pool-100000",
+        sub(DEV, "maxSize: 2", "maxSize: 100000"),
+        "nodePools[0].maxSize",
+        "less than or equal to 450",
+    ),
+    stack(
+        "stack-pool-over-policy",
+        sub(DEV, "maxSize: 2", "maxSize: 5"),
+        "nodePools[0].maxSize",
+        "allowed: 0 to 4",
+    ),
+    stack(
+        "stack-pool-negative",
+        sub(DEV, "minSize: 0", "minSize: -1"),
+        "nodePools[0].minSize",
+        "greater than or equal to 0",
+    ),
+    stack(
+        "stack-desired-over-max",
+        sub(DEV, "desiredSize: 0", "desiredSize: 3"),
+        "nodePools[0].desiredSize",
+        "must lie between minSize 0 and maxSize 2",
+    ),
+    stack(
+        "stack-min-over-max",
+        sub(DEV, "minSize: 0", "minSize: 3"),
+        "nodePools[0].minSize",
+        "greater than maxSize 2",
+    ),
+    stack(
+        "stack-policy-max-nodes-huge",
+        sub(DEV, "maxNodes: 4", "maxNodes: 1000000"),
+        "policy.maxNodes",
+        "less than or equal to 13500",
+    ),
+    stack(
+        "stack-budget-zero",
+        sub(DEV, "monthlyBudgetUsd: 1500", "monthlyBudgetUsd: 0"),
+        "policy.monthlyBudgetUsd",
+        "greater than 0",
+    ),
+    stack(
+        "stack-root-volume-small",
+        sub(DEV, "rootVolumeGib: 150", "rootVolumeGib: 10"),
+        "nodePools[0].rootVolumeGib",
+        "greater than or equal to 50",
+    ),
+    stack(
+        "stack-instance-typo",
+        sub(DEV, "instanceType: g6.xlarge", "instanceType: g6.xlarg"),
+        "nodePools[0].instanceType",
+        "did you mean 'g6.xlarge'",
+    ),
+    stack(
+        "stack-policy-type-typo",
+        sub(DEV, "[g6.xlarge, g6.2xlarge]", "[g6.xlarge, g6.2xlarg]"),
+        "policy.allowedInstanceTypes[1]",
+        "did you mean 'g6.2xlarge'",
+    ),
+    stack(
+        "stack-type-not-in-region",
+        P4DE_IN_CANADA,
+        "nodePools[0].instanceType",
+        "allowed regions: 'us-east-1' or 'us-west-2'",
+    ),
+    stack(
+        "stack-unknown-region",
+        sub(DEV, "aws:region: us-east-1", "aws:region: mars-north-1"),
+        "config.aws:region",
+        "known: ",
+    ),
+    stack(
+        "stack-zone-of-other-region",
+        sub(DEV, "[us-east-1a, us-east-1b]", "[us-east-1a, eu-west-1b]"),
+        "network.availabilityZones[1]",
+        "allowed: 'us-east-1a'",
+    ),
+    stack(
+        "stack-capacity-typo",
+        sub(DEV, "capacityType: spot", "capacityType: spto"),
+        "nodePools[0].capacityType",
+        "did you mean 'spot'",
+    ),
+    stack(
+        "stack-cidr-invalid",
+        sub(DEV, "cidr: 10.40.0.0/16", "cidr: 10.40.0.0/33"),
+        "network.cidr",
+        "not a CIDR block",
+    ),
+    stack(
+        "stack-cidr-too-small",
+        sub(DEV, "cidr: 10.40.0.0/16", "cidr: 10.40.0.0/24"),
+        "network.cidr",
+        "/16 to /20",
+    ),
+    stack(
+        "stack-no-zones",
+        sub(DEV, "[us-east-1a, us-east-1b]", "[]"),
+        "network.availabilityZones",
+        "at least 1 item",
+    ),
+    stack(
+        "stack-api-open",
+        sub(DEV, "[203.0.113.0/24]", "[0.0.0.0/0]"),
+        "cluster.publicAccessCidrs",
+        "list your CIDRs",
+    ),
+    stack(
+        "stack-system-nodes",
+        sub(DEV, "    publicAccessCidrs", "    systemNodeCount: 11\n    publicAccessCidrs"),
+        "cluster.systemNodeCount",
+        "less than or equal to 10",
+    ),
+    stack(
+        "stack-reserved-label",
+        sub(
+            DEV,
+            "      rootVolumeGib: 150",
+            "      rootVolumeGib: 150\n      labels: {gpuinfra.dev/x: y}",
+        ),
+        "nodePools[0].labels.gpuinfra.dev/x",
+        "set by gpuinfra",
+    ),
+    stack(
+        "stack-empty-tag",
+        sub(DEV, "team: ml-platform", 'team: ""'),
+        "tags.team",
+        "at least 1 character",
+    ),
+    stack(
+        "stack-long-value",
+        sub(DEV, "capacityType: spot", "capacityType: " + "s" * 5000),
+        "nodePools[0].capacityType",
+        "allowed: 'capacity-block'",
+    ),
+    # --- add-on settings in a stack file ------------------------------------------------------
+    stack(
+        "addon-kueue-quota-1e30",
+        sub(DEV, "gpus: 2", "gpus: 1000000000000000000000000000000"),
+        "nominalQuota",
+        "can give 2 at their largest",
+    ),
+    stack(
+        "addon-kueue-quota-negative",
+        sub(DEV, "gpus: 2", "gpus: -1"),
+        "addons.kueue.flavors[0].gpus",
+        "greater than or equal to 0",
+    ),
+    stack(
+        "addon-kueue-quota-bool",
+        sub(DEV, "gpus: 2", "gpus: true"),
+        "addons.kueue.flavors[0].gpus",
+        "valid integer",
+    ),
+    stack(
+        "addon-kueue-gpu-type",
+        sub(DEV, "gpuType: l4", "gpuType: h100"),
+        "addons.kueue.flavors[0].gpuType",
+        "pools have 'l4'",
+    ),
+    stack(
+        "addon-kueue-key-typo",
+        sub(DEV, "teams: [research]", "teem: [research]"),
+        "addons.kueue.teem",
+        "did you mean 'teams'",
+    ),
+    stack(
+        "addon-gpu-operator-mode",
+        sub(DEV, "driverMode: host", "driverMode: hots"),
+        "addons.gpuOperator.driverMode",
+        "did you mean 'host'",
+    ),
+    stack(
+        "addon-gpu-operator-mig",
+        sub(DEV, "driverMode: host", "driverMode: host\n      migStrategy: mixd"),
+        "addons.gpuOperator.migStrategy",
+        "did you mean 'mixed'",
+    ),
+    stack(
+        "addon-kueue-cpu",
+        sub(DEV, 'cpu: "7"', "cpu: seven"),
+        "addons.kueue.flavors[0].cpu",
+        "Kubernetes quantity",
+    ),
+    stack(
+        "addon-namespace",
+        sub(DEV, "    kueue:\n", "    kueue:\n      namespace: Kueue_System\n"),
+        "addons.kueue.namespace",
+        "Kubernetes name",
+    ),
+    # --- the same stack errors through the other commands ------------------------------------
+    stack(
+        "plan-stack-bad",
+        sub(DEV, "maxSize: 2", "maxSize: on"),
+        "nodePools[0].maxSize",
+        "valid integer",
+        argv=("plan", "--stack", "dev", "--format", "json"),
+    ),
+    stack(
+        "cost-stack-bad",
+        sub(DEV, "environment: dev", "environment: prod"),
+        "config.gpuinfra:environment",
+        "allowed: 'dev'",
+        argv=("cost", "--stack", "dev"),
+    ),
+    stack(
+        "render-stack-bad",
+        sub(DEV, "aws:region:", "aws:regoin:"),
+        "config.aws:regoin",
+        "did you mean 'region'",
+        argv=("addons", "render", "--stack", "dev"),
+    ),
+    stack(
+        "plan-policy-fails",
+        sub(PROD, "monthlyBudgetUsd: ", "monthlyBudgetUsd: 1 #"),
+        "monthly-cost-ceiling",
+        "prod allows $1",
+        code=1,
+        file="policy",
+        argv=("plan", "--stack", "prod", "--format", "json"),
+    ),
+    # --- versions.yaml --------------------------------------------------------------------------
+    vers(
+        "versions-duplicate",
+        sub("versions.yaml", "kueue:\n  version:", 'kueue:\n  version: "1"\n  version:'),
+        "duplicate key 'version'",
+        "each key once",
+    ),
+    vers(
+        "versions-float-version",
+        sub("versions.yaml", 'version: "0.19.2"', "version: 0.19"),
+        "kueue.version",
+        "valid string",
+    ),
+    vers(
+        "versions-unknown-key",
+        sub("versions.yaml", "kueue:\n  version:", "kueue:\n  channel: x\n  version:"),
+        "kueue.channel",
+        "allowed: 'note', 'source', 'tag' or 'version'",
+    ),
+    vers(
+        "versions-source-typo",
+        sub(
+            "versions.yaml",
+            "type: helm, repository: https://volcano",
+            "type: hlem, repository: https://volcano",
+        ),
+        "volcano.source.type",
+        "did you mean 'helm'",
+    ),
+    vers(
+        "versions-not-utf8",
+        put("versions.yaml", (ROOT / "versions.yaml").read_bytes() + b"\xff\n"),
+        "line ",
+        "UTF-8",
+    ),
+    vers("versions-alias-bomb", put("versions.yaml", alias_bomb(9)), "aliases", "at most 100000"),
+    vers(
+        "versions-directory",
+        both(remove("versions.yaml"), mkdir("versions.yaml")),
+        "",
+        "is a directory",
+        argv=("versions", "show"),
+    ),
+    vers(
+        "versions-packages-string",
+        sub("versions.yaml", "packages: [containerd]", "packages: containerd"),
+        "containerd.source.packages",
+        "a list",
+    ),
+    vers(
+        "versions-floating",
+        sub("versions.yaml", 'version: "0.19.2"', 'version: "latest"'),
+        "kueue.version",
+        "pin an exact version",
+        code=1,
+    ),
+    vers(
+        "versions-bad-for-plan",
+        sub("versions.yaml", 'version: "0.19.2"', "version: 0.19"),
+        "kueue.version",
+        "valid string",
+        argv=("config", "check", "--stack", "dev"),
+    ),
+    # --- sites: inventory and vars files --------------------------------------------------------
+    site_case(
+        "site-duplicate-key",
+        sub(
+            f"{NODE_VARS}/driver.yml",
+            "nvidia_driver_source:",
+            "nvidia_driver_source: distro\nnvidia_driver_source:",
+        ),
+        f"{NODE_VARS}/driver.yml",
+        "duplicate key 'nvidia_driver_source'",
+        "each key once",
+    ),
+    site_case(
+        "site-nested-dir",
+        put(f"{NODE_VARS}/more/gpus.yml", "gpu_node_check_expected_gpu_count: -3\n"),
+        f"{NODE_VARS}/more/gpus.yml",
+        "gpu_node_check_expected_gpu_count",
+        "allowed: 0 to 16",
+    ),
+    site_case(
+        "site-json-vars",
+        put(f"{NODE_VARS}/driver2.json", '{"nvidia_driver_source": "distr"}'),
+        f"{NODE_VARS}/driver2.json",
+        "nvidia_driver_source",
+        "did you mean 'distro'",
+    ),
+    site_case(
+        "site-no-extension",
+        put(f"{NODE_VARS}/zz", "nvidia_driver_source: distr\n"),
+        f"{NODE_VARS}/zz",
+        "nvidia_driver_source",
+        "did you mean 'distro'",
+    ),
+    site_case(
+        "site-group-file-yaml",
+        put(f"{SITE}/group_vars/gpu_nodes.yaml", "gpu_node_check_expected_gpu_count: 99\n"),
+        f"{SITE}/group_vars/gpu_nodes.yaml",
+        "gpu_node_check_expected_gpu_count",
+        "allowed: 0 to 16",
+    ),
+    site_case(
+        "site-host-vars",
+        put(f"{SITE}/host_vars/gpu-node-01.yml", "nvidia_driver_reboot: maybe\n"),
+        f"{SITE}/host_vars/gpu-node-01.yml",
+        "nvidia_driver_reboot",
+        "expected bool",
+    ),
+    site_case(
+        "site-host-vars-unknown-host",
+        put(f"{SITE}/host_vars/gpu-node-1.yml", "ansible_port: 22\n"),
+        f"{SITE}/host_vars/gpu-node-1.yml",
+        "no host 'gpu-node-1'",
+        "did you mean 'gpu-node-01'",
+    ),
+    site_case(
+        "site-group-vars-unknown-group",
+        put(f"{SITE}/group_vars/gpu_node.yml", "ansible_port: 22\n"),
+        f"{SITE}/group_vars/gpu_node.yml",
+        "no group 'gpu_node'",
+        "did you mean 'gpu_nodes'",
+    ),
+    site_case(
+        "site-gpu-count-bool",
+        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: true\n"),
+        f"{NODE_VARS}/zz.yml",
+        "gpu_node_check_expected_gpu_count",
+        "expected int",
+    ),
+    site_case(
+        "site-gpu-count-17",
+        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: 17\n"),
+        f"{NODE_VARS}/zz.yml",
+        "gpu_node_check_expected_gpu_count",
+        "allowed: 0 to 16",
+    ),
+    site_case(
+        "site-gpu-count-words",
+        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: eight\n"),
+        f"{NODE_VARS}/zz.yml",
+        "gpu_node_check_expected_gpu_count",
+        "expected int",
+    ),
+    site_case(
+        "site-version-as-float",
+        put(f"{NODE_VARS}/zz.yml", "nvidia_driver_version: 535.10\n"),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_driver_version",
+        "expected str",
+    ),
+    site_case(
+        "site-port-range",
+        put(f"{NODE_VARS}/zz.yml", "ansible_port: 70000\n"),
+        f"{NODE_VARS}/zz.yml",
+        "ansible_port",
+        "allowed: 1 to 65535",
+    ),
+    site_case(
+        "site-role-var-typo",
+        put(f"{NODE_VARS}/zz.yml", "nvidia_driver_sorce: distro\n"),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_driver_sorce",
+        "did you mean 'nvidia_driver_source'",
+    ),
+    site_case(
+        "site-vars-list",
+        put(f"{NODE_VARS}/zz.yml", "- a\n- b\n"),
+        f"{NODE_VARS}/zz.yml",
+        "",
+        "must be a mapping",
+    ),
+    site_case(
+        "site-vars-not-utf8",
+        put(f"{NODE_VARS}/zz.yml", b"nvidia_driver_source: \xe9\n"),
+        f"{NODE_VARS}/zz.yml",
+        "line 1",
+        "UTF-8",
+    ),
+    site_case(
+        "site-vars-symlink-loop",
+        link(f"{NODE_VARS}/loop", "loop"),
+        f"{NODE_VARS}/loop",
+        "",
+        "symlink loop",
+    ),
+    site_case(
+        "site-vars-alias-bomb",
+        put(f"{NODE_VARS}/zz.yml", alias_bomb(9)),
+        f"{NODE_VARS}/zz.yml",
+        "aliases",
+        "at most 100000",
+    ),
+    site_case(
+        "site-vars-unreadable-dir",
+        lambda root: (root / NODE_VARS).chmod(0),
+        NODE_VARS,
+        "",
+        "permission denied",
+        skip=AS_ROOT,
+    ),
+    site_case("site-empty-inventory", put(HOSTS, ""), HOSTS, "empty", "at least one host"),
+    site_case(
+        "site-no-hosts",
+        put(HOSTS, "gpu_nodes:\n  hosts: {}\n"),
+        HOSTS,
+        "no hosts",
+        "at least one host",
+    ),
+    site_case(
+        "site-empty-address",
+        sub(HOSTS, "ansible_host: gpu-node-01.example.internal", 'ansible_host: ""'),
+        HOSTS,
+        "ansible_host",
+        "a host name or an IP address",
+    ),
+    site_case(
+        "site-address-number",
+        sub(HOSTS, "ansible_host: gpu-node-01.example.internal", "ansible_host: 10"),
+        HOSTS,
+        "ansible_host",
+        "as a string",
+    ),
+    site_case(
+        "site-group-key-typo",
+        sub(HOSTS, "  hosts:", "  hots:"),
+        HOSTS,
+        "gpu_nodes.hots",
+        "did you mean 'hosts'",
+    ),
+    site_case(
+        "site-hosts-duplicate",
+        sub(HOSTS, "    gpu-node-02:", "    gpu-node-01:\n      ansible_host: x\n    gpu-node-02:"),
+        HOSTS,
+        "duplicate key 'gpu-node-01'",
+        "each key once",
+    ),
+    site_case("site-hosts-missing", remove(HOSTS), SITE, "no hosts.yml", "hosts.yml or hosts.yaml"),
+    site_case(
+        "site-hosts-directory", both(remove(HOSTS), mkdir(HOSTS)), HOSTS, "", "is a directory"
+    ),
+    site_case(
+        "site-driver-not-pinned",
+        put(f"{NODE_VARS}/zz.yml", 'nvidia_driver_version: "535.1"\n'),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_driver_version",
+        "pinned drivers",
+    ),
+    site_case(
+        "site-name-too-long",
+        nothing,
+        "no site at",
+        "inventory/",
+        "sites under inventory/",
+        argv=("config", "check", "--site", "inventory/" + "x" * 300),
+    ),
+    site_case(
+        "site-missing",
+        nothing,
+        "no site at",
+        "inventory/exmaple",
+        "did you mean 'example'",
+        argv=("config", "check", "--site", "inventory/exmaple"),
+    ),
+    # --- add-on settings in a site: config check and plan refuse the same ---------------------
+    site_case(
+        "site-kueue-negative",
+        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: -8"),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_flavors[0].gpus",
+        "greater than or equal to 0",
+    ),
+    site_case(
+        "plan-site-kueue-negative",
+        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: -8"),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_flavors[0].gpus",
+        "greater than or equal to 0",
+        argv=PLAN_SITE,
+    ),
+    site_case(
+        "site-triton-delay",
+        sub(
+            f"{ALL_VARS}/triton.yml",
+            "max_queue_delay_microseconds: 200",
+            "max_queue_delay_microseconds: -200",
+        ),
+        f"{ALL_VARS}/triton.yml",
+        "max_queue_delay_microseconds",
+        "greater than or equal to 0",
+    ),
+    site_case(
+        "plan-site-triton-delay",
+        sub(
+            f"{ALL_VARS}/triton.yml",
+            "max_queue_delay_microseconds: 200",
+            "max_queue_delay_microseconds: -200",
+        ),
+        f"{ALL_VARS}/triton.yml",
+        "max_queue_delay_microseconds",
+        "greater than or equal to 0",
+        argv=PLAN_SITE,
+    ),
+    site_case(
+        "site-kueue-quota-huge",
+        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: 100000"),
+        f"{SITE}",
+        "nominalQuota",
+        "can give",
+    ),
+    site_case(
+        "site-addon-var-typo",
+        sub(f"{ALL_VARS}/kueue.yml", "kueue_teams:", "kueue_teems:"),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_teems",
+        "did you mean 'kueue_teams'",
+    ),
+    site_case(
+        "site-addon-bool-for-int",
+        sub(f"{ALL_VARS}/triton.yml", "triton_min_replicas: 1", "triton_min_replicas: true"),
+        f"{ALL_VARS}/triton.yml",
+        "triton_min_replicas",
+        "expected int",
+    ),
+    site_case(
+        "site-addon-nested-string",
+        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", 'gpus: "8"'),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_flavors[0].gpus",
+        "valid integer",
+    ),
+    site_case(
+        "site-addon-choice",
+        sub(
+            f"{ALL_VARS}/gpu_operator.yml",
+            "gpu_operator_mig_strategy: mixed",
+            "gpu_operator_mig_strategy: mixd",
+        ),
+        f"{ALL_VARS}/gpu_operator.yml",
+        "gpu_operator_mig_strategy",
+        "did you mean 'mixed'",
+    ),
+    site_case(
+        "render-site-bad",
+        put(f"{NODE_VARS}/zz.json", '{"gpu_node_check_expected_gpu_count": -1}'),
+        f"{NODE_VARS}/zz.json",
+        "gpu_node_check_expected_gpu_count",
+        "allowed: 0 to 16",
+        argv=("addons", "render", "--site", SITE),
+    ),
+    site_case(
+        "converge-site-bad",
+        put(f"{NODE_VARS}/zz.yml", "nvidia_driver_source: distr\n"),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_driver_source",
+        "did you mean 'distro'",
+        argv=("converge", "--site", SITE),
+    ),
+    # --- the 10^4-leaf alias bomb stays under the bound: its value is quoted as an excerpt --
+    stack(
+        "stack-alias-10k-leaves",
+        both(
+            put(DEV, alias_bomb(4) + DEV_TEXT),
+            sub(DEV, "team: ml-platform", "team: *a3"),
+        ),
+        "tags.team",
+        "valid string",
+    ),
+    # --- arguments ------------------------------------------------------------------------------
+    arg(
+        "lab-port-base-zero", ("lab", "up", "--port-base", "0"), "--port-base", "allowed 1024-65000"
+    ),
+    arg(
+        "lab-port-base-high",
+        ("lab", "status", "--port-base", "70000"),
+        "--port-base",
+        "allowed 1024-65000",
+    ),
+    arg(
+        "lab-port-base-word", ("lab", "down", "--port-base", "abc"), "--port-base", "valid integer"
+    ),
+    arg("lab-prefix-empty", ("lab", "down", "--prefix", ""), "--prefix", "allowed 1-40"),
+    arg("lab-prefix-upper", ("lab", "up", "--prefix", "Bad_Lab"), "--prefix", "lowercase letters"),
+    arg("lab-prefix-long", ("lab", "status", "--prefix", "a" * 300), "--prefix", "allowed: 1-40"),
+    arg("lab-hosts-zero", ("lab", "up", "--hosts", "0"), "--hosts", "allowed 1-32"),
+    arg("stack-name-long", ("config", "check", "--stack", "x" * 300), "--stack", "letters, digits"),
+    arg("stack-name-path", ("plan", "--stack", "../../etc/passwd"), "--stack", "letters, digits"),
+    arg("stack-unknown", ("cost", "--stack", "dve"), "no stack 'dve'", "did you mean 'dev'"),
+    arg("plan-both", ("plan", "--stack", "dev", "--site", SITE), "--stack ENV", "exactly one"),
+    arg("config-check-neither", ("config", "check"), "--stack ENV", "exactly one"),
+    arg(
+        "format-unknown",
+        ("plan", "--stack", "dev", "--format", "xml"),
+        "--format",
+        "'table', 'json', 'markdown'",
+    ),
+    arg("unknown-command", ("plna",), "gpuinfra", "see gpuinfra --help", key="no such command"),
+    arg("cost-without-stack", ("cost",), "--stack", "see gpuinfra cost --help"),
+    arg(
+        "out-is-directory", ("plan", "--site", SITE, "--out", "inventory"), "--out", "cannot write"
+    ),
+    arg(
+        "diff-outside-git",
+        ("diff", "--base", "HEAD"),
+        "not a git repository",
+        "compares a commit with the working tree",
+        key="diff",
+    ),
+    arg(
+        "diff-unknown-base",
+        ("diff", "--base", "no-such-ref", "--stack", "dev"),
+        "--base",
+        "not a commit",
+        edit=git_repo(nothing),
+    ),
+    arg(
+        "diff-site-name-long",
+        ("diff", "--base", "HEAD", "--site", "x" * 300),
+        "--site",
+        "at most 255 bytes",
+        edit=git_repo(nothing),
+    ),
+    arg(
+        "diff-stack-path",
+        ("diff", "--base", "HEAD", "--stack", "../x"),
+        "--stack",
+        "letters, digits",
+        edit=git_repo(nothing),
+    ),
+    arg(
+        "out-name-too-long",
+        ("plan", "--site", SITE, "--out", "x" * 300),
+        "--out",
+        "File name too long",
+    ),
+    Case(
+        "diff-bad-working-tree",
+        ("diff", "--base", "HEAD", "--stack", "dev"),
+        git_repo(sub(DEV, "maxSize: 2", "maxSize: on")),
+        2,
+        DEV,
+        "nodePools[0].maxSize",
+        "valid integer",
+    ),
+]
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, str]]:
+    """Every path under ``root`` with its kind and content hash (links by their target)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                seen[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                seen[rel] = ("dir", "")
+            else:
+                try:
+                    seen[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+                except OSError as exc:
+                    seen[rel] = ("unreadable", str(exc.errno))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files a user edits, copied; what they only read (roles, playbooks) linked."""
+    root = tmp_path_factory.mktemp("template") / "repo"
+    root.mkdir()
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / SITE, root / SITE)
+    for name in ("roles", "playbooks", "components"):
+        (root / name).symlink_to(ROOT / name)
+    return root
+
+
+def run_in_process(
+    argv: tuple[str, ...],
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, str, str]:
+    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
+    monkeypatch.chdir(root)
+    versions.pinned.cache_clear()
+    site.role_specs.cache_clear()
+    capsys.readouterr()
+    try:
+        cli.main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        versions.pinned.cache_clear()
+        site.role_specs.cache_clear()
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_suite_is_large_enough() -> None:
+    assert len(CASES) >= 80
+    assert len({c.id for c in CASES}) == len(CASES), "case ids are unique"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(
+    case: Case,
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if case.skip:
+        pytest.skip(case.skip)
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    try:
+        case.edit(root)
+        before = _snapshot(root)
+        code, out, err = run_in_process(case.argv, root, monkeypatch, capsys)
+        after = _snapshot(root)
+    finally:
+        for folder, _dirs, _files in os.walk(root):
+            Path(folder).chmod(0o755)
+    assert "Traceback" not in out + err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"exit {code}, stderr:\n{err}"
+    (line,) = lines
+    assert code == case.code, line
+    assert line.startswith("error: "), line
+    assert len(line) <= MAX_LINE + len("error: "), f"{len(line)} characters: {line}"
+    for part, what in ((case.file, "file"), (case.key, "key"), (case.allowed, "allowed")):
+        assert part in line, f"the {what} {part!r} is not in: {line}"
+    assert after == before, "the command changed the tree"
+
+
+def test_an_ansible_coercible_string_is_accepted(
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ansible turns "8" into 8 for an int option; the site check accepts what Ansible does."""
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    path = root / NODE_VARS / "node_check.yml"
+    text = path.read_text()
+    assert "gpu_node_check_expected_gpu_count: 8" in text
+    path.write_text(
+        text.replace(
+            "gpu_node_check_expected_gpu_count: 8", 'gpu_node_check_expected_gpu_count: "8"'
+        )
+    )
+    code, out, err = run_in_process(("config", "check", "--site", SITE), root, monkeypatch, capsys)
+    assert (code, err) == (0, ""), err
+    assert "site example: valid (2 hosts)" in out
+
+
+def test_vars_files_are_read_as_ansible_reads_them(
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nested directories, .json and extension-less files are read; hidden ones, backups and
+    other extensions are not (Ansible's host_group_vars rules)."""
+    monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path / "repo"))
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    base = root / NODE_VARS
+    (base / "a" / "b").mkdir(parents=True)
+    (base / "a" / "b" / "deep.yml").write_text("ansible_port: 2201\n")
+    (base / "plain").write_text("ansible_user: ops\n")
+    (base / "x.json").write_text('{"ansible_become": true}')
+    for ignored in (".hidden.yml", "old.yml~", "notes.txt"):
+        (base / ignored).write_text("ansible_port: [not, read]\n")
+    versions.pinned.cache_clear()
+    site.role_specs.cache_clear()
+    loaded = site.load_site(root / SITE)
+    host = loaded.hosts["gpu-node-01"]
+    assert host.vars["ansible_port"] == 2201
+    assert host.vars["ansible_user"] == "ops"
+    assert host.vars["ansible_become"] is True
+    assert host.origin["ansible_port"].endswith("group_vars/gpu_nodes/a/b/deep.yml")
+
+
+def test_cost_says_when_a_region_has_no_price(
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A g5 stack in ca-central-1 is valid; its instances are not priced with us-east-1's."""
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    both(
+        sub(DEV, "aws:region: us-east-1", "aws:region: ca-central-1"),
+        sub(DEV, "[us-east-1a, us-east-1b]", "[ca-central-1a, ca-central-1b]"),
+        sub(
+            DEV,
+            "instanceType: g6.xlarge\n      capacityType: spot",
+            "instanceType: g5.xlarge\n      capacityType: on-demand",
+        ),
+        sub(
+            DEV,
+            "allowedInstanceTypes: [g6.xlarge, g6.2xlarge]",
+            "allowedInstanceTypes: [g5.xlarge]",
+        ),
+        sub(DEV, "gpuType: l4, gpus: 2", "gpuType: a10g, gpus: 2"),
+    )(root)
+    code, out, err = run_in_process(
+        ("cost", "--stack", "dev", "--format", "json"), root, monkeypatch, capsys
+    )
+    assert code == 0, err
+    import json
+
+    doc = json.loads(out)
+    pool = next(line for line in doc["lines"] if line["category"] == "gpu-instances")
+    assert pool["status"] == "lacking"
+    assert "no on-demand price for ca-central-1" in pool["note"]
+    assert doc["monthly_max_usd"] == 0
+
+
+@pytest.mark.parametrize(
+    ("number", "words"),
+    [
+        (errno.EACCES, "permission denied: cannot read it"),
+        (errno.ENAMETOOLONG, "name too long (each part of a path takes at most 255 bytes)"),
+        (errno.ELOOP, "a symlink loop: the link never reaches a file"),
+        (errno.EISDIR, "is a directory, not a file"),
+    ],
+)
+def test_filesystem_errors_become_one_line_naming_the_file(
+    number: int, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``open`` raises for a user file (also the errors root never sees) is one line."""
+    from gpuinfra.errors import ConfigError
+    from gpuinfra.loading import load_yaml
+
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("config: {}\n")
+    monkeypatch.chdir(tmp_path)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(path)
+    assert caught.value.lines() == [f"Pulumi.dev.yaml: {words}"]
