@@ -94,16 +94,26 @@ def installed_version(module, package, packages):
     if not package:
         return ""
     if package in packages:
-        return packages[package]["version"] if packages[package]["status"].endswith(" installed") else ""
+        return (
+            packages[package]["version"]
+            if packages[package]["status"].endswith(" installed")
+            else ""
+        )
     if shutil.which("rpm"):
         rc, out, _err = module.run_command(["rpm", "-q", "--qf", "%{VERSION}", package])
         return out.strip() if rc == 0 else ""
     return ""
 
 
+APT_ETC = "/etc/apt"
+
+
 def source_files():
-    return ["/etc/apt/sources.list"] + sorted(
-        glob.glob("/etc/apt/sources.list.d/*.list") + glob.glob("/etc/apt/sources.list.d/*.sources")
+    """The host's apt sources, one-line and deb822; /etc/apt/sources.list may be absent (Debian 13's
+    default has only sources.list.d/debian.sources)."""
+    parts = os.path.join(APT_ETC, "sources.list.d")
+    return [os.path.join(APT_ETC, "sources.list")] + sorted(
+        glob.glob(os.path.join(parts, "*.list")) + glob.glob(os.path.join(parts, "*.sources"))
     )
 
 

@@ -64,7 +64,7 @@ def test_a_group_mixing_gpu_models_compares_vbios_per_model(nnc: ModuleType, h20
 def test_two_hosts_that_differ_are_both_listed(nnc: ModuleType, h200: Path) -> None:
     fleet = reports(nnc, h200, 2)
     fleet["gpu-node-02"]["inventory"]["nics"] = {}
-    [driver, firmware] = nnc.compare_fleet(fleet, {"pair": sorted(fleet)})
+    [driver, _firmware] = nnc.compare_fleet(fleet, {"pair": sorted(fleet)})
     assert driver["majority"] is None
     assert driver["message"] == (
         "pair: NIC ens1f0 driver differs between its hosts: "
