@@ -8,6 +8,7 @@ write goes through ``console``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from enum import StrEnum
@@ -89,16 +90,55 @@ def versions_show(
     out.print(table)
 
 
+class Environment(StrEnum):
+    dev = "dev"
+    staging = "staging"
+    prod = "prod"
+
+
+def _as_of(value: str | None) -> dt.date:
+    if value is None:
+        return dt.date.today()
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--as-of: '{value}' is not a date (allowed: YYYY-MM-DD)") from None
+
+
 @versions_app.command("check")
-def versions_check() -> None:
-    """Check pins, compatibility rules and schemas per chart; exit 1 with one line per problem."""
-    from gpuinfra import chartdata
+def versions_check(
+    environment: Annotated[
+        Environment | None,
+        typer.Option(
+            help="The environment the pins serve: prod turns an ended support window into an error"
+        ),
+    ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
+    ] = None,
+) -> None:
+    """Check pins, compatibility rules, schemas per chart and support windows; exit 1 with one
+    line per problem."""
+    from gpuinfra import chartdata, support
     from gpuinfra import versions as versions_mod
 
+    today = _as_of(as_of)
     v = versions_mod.load()
-    problems = [*versions_mod.check(v), *chartdata.missing(v)]
+    problems = [f"versions.yaml: {p}" for p in [*versions_mod.check(v), *chartdata.missing(v)]]
+    windows = support.check(v, today)
+    for finding in windows:
+        if finding.state == "past" and environment is Environment.prod:
+            problems.append(f"versions.yaml: {finding} (environment prod)")
+        elif finding.state in ("past", "soon"):
+            out.print(f"warning: versions.yaml: {escape(str(finding))}")
     if problems:
-        raise CheckFailed(f"versions.yaml: {p}" for p in problems)
+        raise CheckFailed(problems)
+    dated = sum(1 for f in windows if f.state != "undated")
+    out.print(
+        f"support windows: {dated} pins dated on {today.isoformat()} ({support.table()['as_of']} table)"
+    )
+    out.print(escape(support.eks_ami_hint(v)))
     count = sum(1 for _ in v.entries())
     out.print(f"versions.yaml: {count} components pinned, all compatibility rules pass")
 
@@ -129,9 +169,9 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.cli import addons, lab, review, schemas
+    from gpuinfra.cli import addons, lab, review, schemas, workloads
 
-    for module in (lab, addons, review, schemas):
+    for module in (lab, addons, review, schemas, workloads):
         module.register(app)
 
 

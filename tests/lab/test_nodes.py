@@ -135,6 +135,32 @@ def test_driver_toolkit_and_containerd_come_in_one_apt_transaction(
     assert not any(installs(run, "python3-apt") for run in runs)
 
 
+def test_dist_upgrade_and_unattended_upgrades_touch_no_kernel_or_nvidia_package(
+    node: testinfra.host.Host,
+) -> None:
+    """bookworm-security carries a newer driver build than the pin. A lab host runs the machine's
+    kernel and has no kernel package, so the kernel half is the patterns, not a held package."""
+    dump = node.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    patterns = [
+        p for p in (line.split('"')[1] for line in dump.splitlines() if line.count('"') == 2) if p
+    ]
+    for package in ("linux-image-amd64", "linux-headers-amd64", "linux-image-6.1.0-28-amd64"):
+        assert any(re.match(p, package) for p in patterns), (package, patterns)
+
+    simulated = node.run("apt-get -s -o Debug::NoLocking=1 dist-upgrade")
+    assert simulated.rc == 0, simulated.stderr
+    touched = re.findall(r"(?m)^(?:Inst|Remv) (\S+)", simulated.stdout)
+    assert not [p for p in touched if re.match(r"(linux-|nvidia|libnvidia|firmware-nvidia)", p)]
+
+    node.run_expect([0], "apt-get install -y -q --no-install-recommends unattended-upgrades")
+    dry = node.run("unattended-upgrade --dry-run --debug")
+    assert dry.rc == 0, dry.stdout + dry.stderr
+    output = dry.stdout + dry.stderr
+    upgraded = " ".join(re.findall(r"(?m)^Packages that will be upgraded: (.*)$", output))
+    assert not re.search(r"\b(linux-|nvidia|libnvidia|firmware-nvidia)", upgraded), upgraded
+    assert "nvidia-driver" not in re.findall(r"(?m)^Inst (\S+)", output)
+
+
 PREF = "/etc/apt/preferences.d/gpuinfra-nvidia-driver.pref"
 UNATTENDED = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-unattended-upgrades"
 NOUVEAU = "/etc/modprobe.d/gpuinfra-blacklist-nouveau.conf"

@@ -7,14 +7,16 @@ container cannot reboot into a new module, so those steps are reported, not run.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuinfra import lab, versions
 from gpuinfra.lab import runner
 
-from .conftest import CONVERGED, host_connection
+from .conftest import CONVERGED, NODE_VARS, host_connection
 
 pytestmark = pytest.mark.lab
 DRIVER = versions.pinned().driver("distro")
@@ -38,3 +40,112 @@ def test_upgrade_roll_reinstates_the_pin_and_the_holds(
     assert host.package("nvidia-driver").version == DRIVER.source.package_version
     # The toolkit's holds are not the roll's to touch.
     assert "nvidia-container-toolkit" in held
+
+
+# The builds Debian's archive carries for bookworm (checked against the archive's Packages
+# indexes): the release and the security update.
+OLD = ("535.261.03", "535.261.03-1")
+NEW = ("535.309.01", "535.309.01-0+deb12u1")
+DRIVER_SET = ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "firmware-nvidia-gsp")
+
+
+def bumped_checkout(tmp_path: Path, repo_root: Path, version: str, package_version: str) -> Path:
+    """The repository as a pull request that bumps the distro driver in versions.yaml."""
+    root = tmp_path / f"bump-{version}"
+    root.mkdir()
+    for name in ("roles", "plugins", "playbooks", "inventory"):
+        (root / name).symlink_to(repo_root / name)
+    (root / "ansible.cfg").write_text((repo_root / "ansible.cfg").read_text())
+    text = (repo_root / "versions.yaml").read_text()
+    assert text.count(f'version: "{OLD[0]}"') == 1 and text.count(f'"{OLD[1]}"') == 1
+    text = text.replace(f'version: "{OLD[0]}"', f'version: "{version}"').replace(
+        f'"{OLD[1]}"', f'"{package_version}"'
+    )
+    (root / "versions.yaml").write_text(text)
+    return root
+
+
+def roll(root: Path, inventory: Path, target: str) -> runner.RunResult:
+    return runner.converge(
+        root / "playbooks" / "upgrade_driver.yml",
+        inventory,
+        limit=target,
+        root=root,
+        extravars={"gpuinfra_upgrade_serial": ["50%"], "gpuinfra_upgrade_max_fail_percentage": 0},
+    )
+
+
+def assert_on_build(host: Any, package_version: str) -> None:
+    held = set(host.check_output("apt-mark showhold").split())
+    for package in DRIVER_SET:
+        assert host.package(package).version == package_version, package
+        assert package in held, package
+    policy = host.check_output("apt-cache policy nvidia-driver")
+    candidate = next(line for line in policy.splitlines() if "Candidate:" in line)
+    assert candidate.split()[-1] == package_version
+
+
+def test_a_real_upgrade_by_bumping_versions_yaml_and_back_down(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    repo_root: Path,
+    nodes_playbook: Path,
+    tmp_path: Path,
+) -> None:
+    assert second_converge.ok
+    if DRIVER.source.package_version != OLD[1]:
+        pytest.skip(f"versions.yaml no longer pins {OLD[1]}: move OLD and NEW with it")
+    target = CONVERGED[1]
+    host = host_connection(lab_settings, target)
+    assert_on_build(host, OLD[1])
+
+    up = roll(bumped_checkout(tmp_path, repo_root, *NEW), inventory, target)
+    assert up.ok, up.failures
+    assert up.reports[target]["summary"] == "no GPU present"
+    assert_on_build(host, NEW[1])
+    record = json.loads(host.file("/var/lib/gpuinfra/driver-previous.json").content_string)
+    assert (record["previous"], record["target"]) == (OLD[1], NEW[1])
+    # The driver role's own check read the new build from the packages: a wrong one fails it.
+    assert not host.file("/var/lib/gpuinfra/driver-upgrade-failed.json").exists
+
+    down = roll(repo_root, inventory, target)
+    assert down.ok, down.failures
+    assert_on_build(host, OLD[1])
+    record = json.loads(host.file("/var/lib/gpuinfra/driver-previous.json").content_string)
+    assert (record["previous"], record["target"]) == (NEW[1], OLD[1])
+
+    # Back on the pin, nodes.yml finds nothing to do.
+    again = runner.converge(nodes_playbook, inventory, limit=target, extravars=NODE_VARS)
+    assert again.ok, again.failures
+    assert again.changed() == {target: 0}
+
+
+def test_a_failed_upgrade_stops_the_node_with_a_report_and_the_previous_build(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    repo_root: Path,
+    tmp_path: Path,
+) -> None:
+    """A build the archive does not carry: apt fails, the node keeps its report."""
+    assert second_converge.ok
+    target = CONVERGED[1]
+    host = host_connection(lab_settings, target)
+    failed = roll(
+        bumped_checkout(tmp_path, repo_root, "535.999.01", "535.999.01-1"), inventory, target
+    )
+    assert not failed.ok
+    message = " ".join(" ".join(f.message for f in failed.failures).split())
+    assert f"The driver upgrade to 535.999.01-1 failed on {target}" in message
+    assert "bump versions.yaml back to the previous build" in message
+    report = json.loads(host.file("/var/lib/gpuinfra/driver-upgrade-failed.json").content_string)
+    assert report["target"] == "535.999.01-1"
+    assert report["failed_task"]
+    record = json.loads(host.file("/var/lib/gpuinfra/driver-previous.json").content_string)
+    assert record["previous"] == DRIVER.source.package_version
+
+    back = roll(repo_root, inventory, target)
+    assert back.ok, back.failures
+    assert_on_build(host, DRIVER.source.package_version)
+    assert not host.file("/var/lib/gpuinfra/driver-upgrade-failed.json").exists

@@ -36,7 +36,14 @@ GPU_CHECKS = (
     "topology",
     "temperature_headroom",
     "power_headroom",
+    "dkms",
+    "uvm_devices",
+    "fabric_manager",
+    "dcgm_diag",
 )
+# Checks that need nvidia-smi's per-GPU data; the ones after them read the host.
+_PER_GPU_CHECKS = GPU_CHECKS[3:12]
+UVM_DEVICES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 NO_GPU = "no GPU present"
 
 
@@ -123,6 +130,7 @@ def _gpu_from_xml(gpu: ET.Element) -> dict[str, Any]:
     return {
         "bus_id": gpu.get("id"),
         "name": _text(gpu, "product_name"),
+        "vbios_version": _text(gpu, "vbios_version"),
         "uuid": _text(gpu, "uuid"),
         "minor_number": _int(_text(gpu, "minor_number")),
         "performance_state": _text(gpu, "performance_state"),
@@ -137,6 +145,8 @@ def _gpu_from_xml(gpu: ET.Element) -> dict[str, Any]:
         "remapped_rows_failure": _enabled(_text(gpu, "remapped_rows/remapped_row_failure")),
         "pcie_gen_current": _int(_text(link, "pcie_gen/current_link_gen")),
         "pcie_gen_max": _int(_text(link, "pcie_gen/max_link_gen")),
+        # max_link_gen is what the device and the slot allow together; this is the device's own.
+        "pcie_gen_device_max": _int(_text(link, "pcie_gen/max_device_link_gen")),
         "pcie_width_current": _int(_text(link, "link_widths/current_link_width")),
         "pcie_width_max": _int(_text(link, "link_widths/max_link_width")),
         "temperature_c": temp,
@@ -144,6 +154,8 @@ def _gpu_from_xml(gpu: ET.Element) -> dict[str, Any]:
         "power_draw_w": draw,
         "power_limit_w": limit,
         "power_max_limit_w": _number(_text(power, "max_power_limit")),
+        "fabric_state": _text(gpu, "fabric/state"),
+        "fabric_status": _text(gpu, "fabric/status"),
     }
 
 
@@ -218,6 +230,113 @@ def parse_containerd_dump(text: str) -> list[str]:
     return sorted({quoted or bare for quoted, bare in found})
 
 
+# PCIe transfer rate per lane (GT/s, as sysfs writes it) for each generation.
+_PCIE_GEN_BY_RATE = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def sysfs_pci_name(bus_id: str | None) -> str | None:
+    """nvidia-smi's bus id (``00000000:00:06.0``) as the kernel names the device (``0000:00:06.0``)."""
+    match = re.fullmatch(r"([0-9A-Fa-f]+):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])", bus_id or "")
+    if not match:
+        return None
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
+
+
+def pcie_gen_from_speed(text: str | None) -> int | None:
+    """``32.0 GT/s PCIe`` -> 5; None for what sysfs reports as unknown."""
+    rate = _number(text)
+    return None if rate is None else _PCIE_GEN_BY_RATE.get(rate)
+
+
+def read_pci_link(sysfs_root: str, bus_id: str | None) -> dict[str, int | None] | None:
+    """The GPU's own PCIe link limits from sysfs: its Link Capabilities, which the slot does not
+    lower (NVML's maximum is what the device and the slot allow together)."""
+    name = sysfs_pci_name(bus_id)
+    if name is None:
+        return None
+    folder = "{}/bus/pci/devices/{}".format(sysfs_root.rstrip("/"), name)
+    values: dict[str, str | None] = {}
+    for key in ("max_link_width", "max_link_speed", "current_link_width", "current_link_speed"):
+        try:
+            with open(f"{folder}/{key}") as handle:
+                values[key] = handle.read().strip()
+        except OSError:
+            values[key] = None
+    if values["max_link_width"] is None and values["max_link_speed"] is None:
+        return None
+    return {
+        "width_max": _int(values["max_link_width"]),
+        "gen_max": pcie_gen_from_speed(values["max_link_speed"]),
+        "width": _int(values["current_link_width"]),
+        "gen": pcie_gen_from_speed(values["current_link_speed"]),
+    }
+
+
+def parse_nvlink_status(text: str) -> dict[str, dict[str, int]]:
+    """``nvidia-smi nvlink -s``: active and inactive links per GPU (``GPU0``: {...})."""
+    result: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    for line in text.splitlines():
+        gpu = re.match(r"\s*GPU (\d+):", line)
+        if gpu:
+            current = result.setdefault("GPU" + gpu.group(1), {"active": 0, "inactive": 0})
+            continue
+        link = re.match(r"\s*Link \d+:\s*(.*)$", line)
+        if link and current is not None:
+            state = link.group(1).strip().lower()
+            current["inactive" if not state or "inactive" in state else "active"] += 1
+    return result
+
+
+_DKMS_LINE = re.compile(
+    r"^(?P<name>[^/,:\s]+)(?:/|,\s*)(?P<version>[^,:\s]+)"
+    r"(?:,\s*(?P<kernel>[^,:\s]+))?(?:,\s*(?P<arch>[^,:\s]+))?:\s*(?P<status>[A-Za-z]+)"
+)
+
+
+def parse_dkms_status(text: str) -> list[dict[str, str | None]]:
+    """``dkms status`` (dkms 2 ``name, version, kernel, arch: state`` and dkms 3 ``name/version,
+    kernel, arch: state``)."""
+    entries = []
+    for line in text.splitlines():
+        match = _DKMS_LINE.match(line.strip())
+        if match:
+            entries.append(
+                {key: match.group(key) for key in ("name", "version", "kernel", "status")}
+            )
+    return entries
+
+
+def parse_ethtool_driver(text: str) -> dict[str, str | None]:
+    """``ethtool -i IFACE``: the NIC's driver, its version and the firmware version."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip() or None
+    return {
+        "driver": fields.get("driver"),
+        "version": fields.get("version"),
+        "firmware": fields.get("firmware-version"),
+    }
+
+
+def parse_dcgm_diag(text: str) -> list[dict[str, str]]:
+    """Rows of ``dcgmi diag``'s result table whose result is Pass, Fail, Warn or Skip."""
+    rows = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not cells[0]:
+            continue
+        result = cells[1].split(" ")[0]
+        if result in ("Pass", "Fail", "Warn", "Skip"):
+            rows.append({"test": cells[0], "result": result, "detail": ""})
+        elif cells[0] in ("Warning", "Error", "Info") and rows:
+            # A failed test's explanation follows it on its own row(s).
+            rows[-1]["detail"] = (rows[-1]["detail"] + " " + cells[1]).strip()
+    return rows
+
+
 def merge_csv(gpus: list[dict[str, Any]], rows: list[dict[str, str | None]]) -> None:
     """Add the index nvidia-smi assigns (only the CSV query has it) to the XML records."""
     by_bus = {(row.get("pci.bus_id") or "").lower(): row for row in rows}
@@ -257,11 +376,18 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
     """Judge what was observed on a host; returns the report (summary, checks, gpus, driver).
 
     ``observed`` keys: host, pci_gpu_count, smi_found, smi_header (parse_smi_header),
-    smi (parse_query_xml or None), kernel_module (parse_proc_version or None), topology
-    (parse_topology or None), runtimes ({name: {"installed": bool, "runtimes": [...]}}).
+    smi (parse_query_xml or None; each GPU may carry ``pcie_sysfs`` from read_pci_link),
+    kernel_module (parse_proc_version or None), topology (parse_topology or None),
+    nvlink_status (parse_nvlink_status or None), runtimes ({name: {"installed": bool,
+    "runtimes": [...]}}), kernel_release, dkms (parse_dkms_status, or None without dkms),
+    uvm_devices ({path: exists}), nvswitch_count, fabric_manager ({"state": systemd's
+    ActiveState or None}), dcgm ({"found", "rc", "output"} or None), nics ({iface:
+    parse_ethtool_driver}).
     ``expect`` keys: driver_version, gpu_count (None: not asserted), mig_mode
     (enabled|disabled|any), persistence_mode (bool), min_temperature_headroom_c,
-    min_power_headroom_pct, nvlink (bool or None), container_runtimes (list).
+    min_power_headroom_pct, nvlink (bool or None), nvlink_pairs (["0-1", ...]),
+    nvlink_min_pairs, pcie_gen, pcie_width (None: the GPU's own maximum), dcgm_diag_level
+    (0: not run), container_runtimes (list).
     """
     smi = observed.get("smi") or {}
     gpus: list[dict[str, Any]] = list(smi.get("gpus") or [])
@@ -304,6 +430,18 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
         "checks": checks,
         "gpus": gpus,
         "driver": driver,
+        # What the hosts of one group must share; check.yml compares it across them.
+        "inventory": {
+            "driver": nvml_version or kernel.get("version"),
+            "vbios": {
+                str(name): sorted(
+                    {g["vbios_version"] for g in gpus if g["name"] == name and g["vbios_version"]}
+                )
+                for name in {g["name"] for g in gpus}
+            },
+            "kernel": observed.get("kernel_release"),
+            "nics": observed.get("nics") or {},
+        },
     }
 
 
@@ -390,19 +528,36 @@ def _gpu_checks(
 
     if not gpus:
         reason = f"no per-GPU data: {unusable or 'nvidia-smi listed no GPU'}"
-        checks.extend(_check(name, "skip", reason) for name in GPU_CHECKS[3:])
-        return checks
+        checks.extend(_check(name, "skip", reason) for name in _PER_GPU_CHECKS)
+    else:
+        checks.extend(
+            [
+                _persistence(gpus, bool(expect.get("persistence_mode", True))),
+                _ecc_mode(gpus),
+                _ecc_errors(gpus),
+                _remapped_rows(gpus),
+                _pcie(gpus, expect.get("pcie_gen"), expect.get("pcie_width")),
+                _mig(gpus, str(expect.get("mig_mode") or "any")),
+                _topology(
+                    observed.get("topology"),
+                    observed.get("nvlink_status"),
+                    gpus,
+                    expect.get("nvlink"),
+                    expect.get("nvlink_pairs"),
+                    expect.get("nvlink_min_pairs"),
+                ),
+                _temperature(gpus, int(expect.get("min_temperature_headroom_c") or 0)),
+                _power(gpus, float(expect.get("min_power_headroom_pct") or 0)),
+            ]
+        )
+    # What the host must have for the GPUs to be usable, read whether or not nvidia-smi works:
+    # a missing DKMS build is often why it does not.
     checks.extend(
         [
-            _persistence(gpus, bool(expect.get("persistence_mode", True))),
-            _ecc_mode(gpus),
-            _ecc_errors(gpus),
-            _remapped_rows(gpus),
-            _pcie(gpus),
-            _mig(gpus, str(expect.get("mig_mode") or "any")),
-            _topology(observed.get("topology"), gpus, expect.get("nvlink")),
-            _temperature(gpus, int(expect.get("min_temperature_headroom_c") or 0)),
-            _power(gpus, float(expect.get("min_power_headroom_pct") or 0)),
+            _dkms(observed, wanted),
+            _uvm(observed.get("uvm_devices")),
+            _fabric_manager(observed, gpus),
+            _dcgm(observed.get("dcgm"), int(expect.get("dcgm_diag_level") or 0)),
         ]
     )
     return checks
@@ -491,42 +646,70 @@ def _remapped_rows(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-def _pcie(gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    actual = [
-        {
-            "gen": g["pcie_gen_current"],
-            "gen_max": g["pcie_gen_max"],
-            "width": g["pcie_width_current"],
-            "width_max": g["pcie_width_max"],
-        }
-        for g in gpus
-    ]
+def _pcie(
+    gpus: list[dict[str, Any]], expected_gen: int | None, expected_width: int | None
+) -> dict[str, Any]:
+    """Each link against the GPU's own maximum, or the host group's expected generation and width.
+
+    NVML's maximum is what the device and the slot allow together, so an x16 GPU in an x8-wired
+    slot reports max x8: the device's own limits come from sysfs (its Link Capabilities) and from
+    the XML's max_device_link_gen.
+    """
+    actual = []
     bad, idle = [], []
     for gpu in gpus:
-        width, width_max = gpu["pcie_width_current"], gpu["pcie_width_max"]
-        if width is not None and width_max is not None and width < width_max:
-            bad.append(
-                f"{_label(gpu)}: PCIe link x{width} of max x{width_max} (check the slot and riser)"
-            )
-        gen, gen_max = gpu["pcie_gen_current"], gpu["pcie_gen_max"]
-        if gen is not None and gen_max is not None and gen < gen_max:
-            message = f"{_label(gpu)}: PCIe gen {gen} of max gen {gen_max}"
-            # An idle GPU may train its link down to save power; at P0 it must not.
-            if (gpu.get("performance_state") or "P0") not in ("P0", "P1", "P2"):
-                idle.append(message + " at {} (idle)".format(gpu["performance_state"]))
+        sysfs = gpu.get("pcie_sysfs") or {}
+        width, slot_width = gpu["pcie_width_current"], gpu["pcie_width_max"]
+        gen, slot_gen = gpu["pcie_gen_current"], gpu["pcie_gen_max"]
+        device_width = sysfs.get("width_max") or slot_width
+        device_gen = gpu.get("pcie_gen_device_max") or sysfs.get("gen_max") or slot_gen
+        target_width = expected_width or device_width
+        target_gen = expected_gen or device_gen
+        why_width = "expected for this host group" if expected_width else "the GPU's maximum"
+        why_gen = "expected for this host group" if expected_gen else "the GPU's maximum"
+        actual.append(
+            {
+                "gen": gen,
+                "gen_max": slot_gen,
+                "gen_device_max": device_gen,
+                "width": width,
+                "width_max": slot_width,
+                "width_device_max": device_width,
+            }
+        )
+        if width is not None and target_width is not None and width < target_width:
+            message = f"{_label(gpu)}: PCIe link x{width} of max x{target_width} ({why_width}"
+            if slot_width is not None and slot_width < target_width:
+                message += (
+                    f"; the slot allows only x{slot_width}: an x{slot_width}-wired slot or riser,"
+                    f" move the GPU to a full-width slot"
+                )
             else:
-                bad.append(message)
+                message += "; reseat the GPU or its riser"
+            bad.append(message + ")")
+        if gen is None or target_gen is None or gen >= target_gen:
+            continue
+        message = f"{_label(gpu)}: PCIe gen {gen} of max gen {target_gen} ({why_gen}"
+        if slot_gen is not None and slot_gen < target_gen:
+            # The slot caps the link: no load brings it up, so idle is no excuse.
+            bad.append(message + f"; the slot allows only gen {slot_gen})")
+        elif (gpu.get("performance_state") or "P0") not in ("P0", "P1", "P2"):
+            # An idle GPU may train its link down to save power; at P0 it must not.
+            idle.append(message + ") at {} (idle)".format(gpu["performance_state"]))
+        else:
+            bad.append(message + ")")
+    expected = {
+        "gen": expected_gen or "the GPU's maximum",
+        "width": expected_width or "the GPU's maximum",
+    }
     if bad:
-        return _check("pcie_link", "fail", "; ".join(bad + idle), "current == max", actual)
-    return _per_gpu(
-        gpus,
-        idle,
-        "pcie_link",
-        "every link at its maximum generation and width",
-        "current == max",
-        actual,
-        status_when_bad="warn",
+        return _check("pcie_link", "fail", "; ".join(bad + idle), expected, actual)
+    ok = (
+        "every link at gen {} x{} or better".format(expected_gen or "max", expected_width or "max")
+        if expected_gen or expected_width
+        else "every link at its GPU's maximum generation and width"
     )
+    return _per_gpu(gpus, idle, "pcie_link", ok, expected, actual, status_when_bad="warn")
 
 
 def _mig(gpus: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
@@ -561,21 +744,76 @@ def _mig(gpus: list[dict[str, Any]], wanted: str) -> dict[str, Any]:
     return _per_gpu(gpus, bad, "mig_mode", f"MIG {wanted} on every GPU", wanted, actual)
 
 
+def nvlink_pair(text: str) -> tuple[str, str] | None:
+    """``0-1``, ``GPU0-GPU1`` or ``0,1`` as a sorted pair of topology names; None if malformed."""
+    match = re.fullmatch(r"\s*(?:GPU)?(\d+)\s*[-,:]\s*(?:GPU)?(\d+)\s*", text, re.IGNORECASE)
+    if not match or match.group(1) == match.group(2):
+        return None
+    a, b = sorted((int(match.group(1)), int(match.group(2))))
+    return (f"GPU{a}", f"GPU{b}")
+
+
 def _topology(
-    topology: dict[str, Any] | None, gpus: list[dict[str, Any]], nvlink: bool | None
+    topology: dict[str, Any] | None,
+    nvlink_status: dict[str, dict[str, int]] | None,
+    gpus: list[dict[str, Any]],
+    nvlink: bool | None,
+    expected_pairs: list[str] | None,
+    min_pairs: int | None,
 ) -> dict[str, Any]:
+    expected: dict[str, Any] = {}
+    if nvlink is not None:
+        expected["all_pairs"] = nvlink
+    if expected_pairs:
+        expected["pairs"] = sorted(expected_pairs)
+    if min_pairs:
+        expected["min_pairs"] = min_pairs
+    asserted = bool(nvlink) or bool(expected_pairs) or bool(min_pairs)
     if not topology:
-        return _check("topology", "skip", "nvidia-smi topo -m gave no matrix", nvlink, None)
-    pairs, linked = topology["pairs"], len(topology["nvlink_pairs"])
-    actual = {"gpu_pairs": pairs, "nvlink_pairs": linked}
+        return _check(
+            "topology",
+            "fail" if asserted else "skip",
+            "nvidia-smi topo -m gave no matrix" + (", NVLink expected" if asserted else ""),
+            expected or nvlink,
+            None,
+        )
+    pairs = topology["pairs"]
+    linked = {tuple(pair) for pair in topology["nvlink_pairs"]}
+    actual = {
+        "gpu_pairs": pairs,
+        "nvlink_pairs": len(linked),
+        "linked": ["-".join(pair) for pair in sorted(linked)],
+        "links": nvlink_status or {},
+    }
     if pairs == 0:
-        return _check("topology", "skip", f"{len(gpus)} GPU: no peers to link", nvlink, actual)
-    detail = f"{linked} of {pairs} GPU pairs connected by NVLink"
-    if nvlink is None:
-        return _check("topology", "pass", detail + " (not asserted)", nvlink, actual)
-    if nvlink and linked < pairs:
-        return _check("topology", "fail", detail + ", all expected", True, actual)
-    return _check("topology", "pass", detail, nvlink, actual)
+        return _check(
+            "topology", "skip", f"{len(gpus)} GPU: no peers to link", expected or nvlink, actual
+        )
+    detail = f"{len(linked)} of {pairs} GPU pairs connected by NVLink"
+    if not asserted:
+        return _check("topology", "pass", detail + " (not asserted)", expected or nvlink, actual)
+    bad = []
+    if nvlink and len(linked) < pairs:
+        bad.append(detail + ", all expected")
+    if min_pairs and len(linked) < min_pairs:
+        bad.append(f"{detail}, at least {min_pairs} expected")
+    wanted = [pair for pair in (nvlink_pair(text) for text in expected_pairs or []) if pair]
+    missing = ["-".join(pair) for pair in wanted if pair not in linked]
+    if missing:
+        bad.append(
+            "{} not linked by NVLink (linked: {}): seat or fit the bridge".format(
+                ", ".join(missing), ", ".join(actual["linked"]) or "none"
+            )
+        )
+    # A bridge that is only partly seated leaves some of a GPU's links down.
+    for name in sorted({gpu for pair in wanted for gpu in pair}):
+        state = (nvlink_status or {}).get(name)
+        if state and state["inactive"]:
+            total = state["active"] + state["inactive"]
+            bad.append(f"{name}: {state['inactive']} of {total} NVLinks inactive")
+    if bad:
+        return _check("topology", "fail", "; ".join(bad), expected, actual)
+    return _check("topology", "pass", detail, expected, actual)
 
 
 def _temperature(gpus: list[dict[str, Any]], minimum: int) -> dict[str, Any]:
@@ -638,6 +876,128 @@ def _power(gpus: list[dict[str, Any]], minimum_pct: float) -> dict[str, Any]:
     )
 
 
+def _dkms(observed: dict[str, Any], wanted: str | None) -> dict[str, Any]:
+    """The pinned driver's module built and installed by DKMS for the running kernel."""
+    entries = observed.get("dkms")
+    kernel = observed.get("kernel_release")
+    expected = {"version": wanted, "kernel": kernel}
+    if entries is None:
+        return _check(
+            "dkms", "skip", "dkms not installed: the module is not built by DKMS", expected
+        )
+    nvidia = [e for e in entries if "nvidia" in (e["name"] or "")]
+    if not nvidia:
+        return _check("dkms", "skip", "DKMS holds no NVIDIA module", expected, entries)
+    pinned = [e for e in nvidia if e["version"] == wanted]
+    ready = [e for e in pinned if e["kernel"] == kernel and e["status"] == "installed"]
+    if ready:
+        entry = ready[0]
+        return _check(
+            "dkms",
+            "pass",
+            "{}/{} installed for the running kernel {}".format(
+                entry["name"], entry["version"], kernel
+            ),
+            expected,
+            nvidia,
+        )
+    if not pinned:
+        found = ", ".join(sorted({"{}/{}".format(e["name"], e["version"]) for e in nvidia}))
+        detail = f"DKMS has {found}, not the pinned {wanted}"
+    else:
+        name = pinned[0]["name"]
+        built = sorted({e["kernel"] for e in pinned if e["kernel"] and e["status"] == "installed"})
+        detail = (
+            "{}/{} is not installed for the running kernel {}{}: install linux-headers-{} "
+            "and run 'dkms autoinstall', then reboot".format(
+                name,
+                wanted,
+                kernel,
+                " (built for {})".format(", ".join(built)) if built else "",
+                kernel,
+            )
+        )
+    return _check("dkms", "fail", detail, expected, nvidia)
+
+
+def _uvm(devices: dict[str, bool] | None) -> dict[str, Any]:
+    if devices is None:
+        return _check("uvm_devices", "skip", "device nodes not read", list(UVM_DEVICES))
+    missing = [path for path in UVM_DEVICES if not devices.get(path)]
+    if missing:
+        return _check(
+            "uvm_devices",
+            "fail",
+            "{} missing: CUDA in containers cannot run; create them with "
+            "'nvidia-modprobe -u -c=0' (the nvidia-uvm module)".format(" and ".join(missing)),
+            list(UVM_DEVICES),
+            devices,
+        )
+    return _check(
+        "uvm_devices", "pass", " and ".join(UVM_DEVICES) + " present", list(UVM_DEVICES), devices
+    )
+
+
+def _fabric_manager(observed: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """On NVSwitch systems the GPUs join the NVLink fabric only through Fabric Manager."""
+    switches = int(observed.get("nvswitch_count") or 0)
+    service = observed.get("fabric_manager") or {}
+    actual = {"nvswitches": switches, "service": service.get("state")}
+    if not switches:
+        return _check("fabric_manager", "skip", "no NVSwitch on the PCI bus", None, actual)
+    bad = []
+    if service.get("state") != "active":
+        bad.append(
+            "{} NVSwitch(es) on the PCI bus and nvidia-fabricmanager is {}: install the build "
+            "matching the driver and 'systemctl enable --now nvidia-fabricmanager'".format(
+                switches, service.get("state") or "not installed"
+            )
+        )
+    for gpu in gpus:
+        state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
+        if state is not None and (state != "Completed" or (status or "Success") != "Success"):
+            bad.append(f"{_label(gpu)}: fabric registration {state}, status {status}")
+    if bad:
+        return _check("fabric_manager", "fail", "; ".join(bad), "active", actual)
+    return _check(
+        "fabric_manager",
+        "pass",
+        f"{switches} NVSwitch(es), nvidia-fabricmanager active",
+        "active",
+        actual,
+    )
+
+
+def _dcgm(dcgm: dict[str, Any] | None, level: int) -> dict[str, Any]:
+    if not level:
+        return _check("dcgm_diag", "skip", "not run (gpu_node_check_dcgm_diag_level: 0)", level)
+    if not dcgm or not dcgm.get("found"):
+        return _check("dcgm_diag", "skip", "DCGM not installed (no dcgmi)", level)
+    rows = parse_dcgm_diag(dcgm.get("output") or "")
+    failed = [row for row in rows if row["result"] == "Fail"]
+    if failed:
+        detail = "; ".join(
+            "{} failed{}".format(row["test"], ": " + row["detail"] if row["detail"] else "")
+            for row in failed
+        )
+        return _check("dcgm_diag", "fail", f"dcgmi diag -r {level}: {detail}", level, rows)
+    if dcgm.get("rc"):
+        first = next(
+            (line.strip() for line in (dcgm.get("output") or "").splitlines() if line.strip()), ""
+        )
+        return _check(
+            "dcgm_diag",
+            "fail",
+            "dcgmi diag -r {} exited {}: {}".format(level, dcgm["rc"], first),
+            level,
+            rows,
+        )
+    passed = sum(1 for row in rows if row["result"] == "Pass")
+    return _check(
+        "dcgm_diag", "pass", f"dcgmi diag -r {level}: {passed} test(s) passed", level, rows
+    )
+
+
 def _runtime_checks(runtimes: dict[str, dict[str, Any]], wanted: list[str]) -> list[dict[str, Any]]:
     if not wanted:
         return [
@@ -672,3 +1032,74 @@ def _runtime_checks(runtimes: dict[str, dict[str, Any]], wanted: list[str]) -> l
             seen,
         )
     ]
+
+
+def _fleet_attributes(report: dict[str, Any]) -> dict[str, str]:
+    """The values the hosts of one group must share, named for a reader."""
+    inventory = report.get("inventory") or {}
+    values = {
+        "driver build": inventory.get("driver"),
+        "kernel": inventory.get("kernel"),
+    }
+    # A group may mix GPU models, each with its own VBIOS line: compare like with like.
+    for model, versions in sorted((inventory.get("vbios") or {}).items()):
+        values[f"VBIOS of {model}"] = ", ".join(versions) or None
+    for name, nic in sorted((inventory.get("nics") or {}).items()):
+        values[f"NIC {name} driver"] = " ".join(
+            part for part in (nic.get("driver"), nic.get("version")) if part
+        ) or nic.get("error")
+        values[f"NIC {name} firmware"] = nic.get("firmware") or nic.get("error")
+    return {key: "unknown" if value is None else str(value) for key, value in values.items()}
+
+
+def compare_fleet(
+    reports: dict[str, dict[str, Any]], groups: dict[str, list[str]]
+) -> list[dict[str, Any]]:
+    """Values that differ between the hosts of a group: driver build, VBIOS, kernel, NIC driver
+    and firmware. The most common value is the group's; every other host is an outlier. With no
+    majority every host's value is listed."""
+    findings = []
+    for group, members in sorted(groups.items()):
+        hosts = [host for host in members if host in reports]
+        if len(hosts) < 2:
+            continue
+        per_host = {host: _fleet_attributes(reports[host]) for host in hosts}
+        names = sorted({name for values in per_host.values() for name in values})
+        for name in names:
+            # A host without a GPU model has no VBIOS of it to compare; a host without a NIC
+            # that its group's hosts record is an outlier.
+            values = {
+                host: per_host[host].get(name, "absent")
+                for host in hosts
+                if name in per_host[host] or not name.startswith("VBIOS of ")
+            }
+            if len(set(values.values())) < 2 or set(values.values()) == {"unknown"}:
+                continue
+            counts: dict[str, int] = {}
+            for value in values.values():
+                counts[value] = counts.get(value, 0) + 1
+            ranked = sorted(counts.items(), key=lambda item: -item[1])
+            majority = ranked[0][0] if ranked[0][1] > ranked[1][1] else None
+            outliers = {h: v for h, v in sorted(values.items()) if v != majority}
+            if majority is None:
+                message = "{}: {} differs between its hosts: {}".format(
+                    group, name, ", ".join(f"{h} has {v}" for h, v in outliers.items())
+                )
+            else:
+                message = "{}: {}: {} (the other {} host(s) have {})".format(
+                    group,
+                    name,
+                    ", ".join(f"{h} has {v}" for h, v in outliers.items()),
+                    counts[majority],
+                    majority,
+                )
+            findings.append(
+                {
+                    "group": group,
+                    "attribute": name,
+                    "majority": majority,
+                    "outliers": outliers,
+                    "message": message,
+                }
+            )
+    return findings

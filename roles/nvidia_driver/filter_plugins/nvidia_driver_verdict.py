@@ -41,9 +41,26 @@ def nvidia_driver_verdict(host: dict[str, Any], want: dict[str, Any]) -> dict[st
     apt_packages: list[str] = list(want["apt_packages"])
     headers = want["install_kernel_headers"] and want["dkms"] and not in_container
     extras = list(want["extra_packages"]) + ([f"linux-headers-{kernel}"] if headers else [])
+    # Kernels cannot break the driver (decision 0045): the flavour's headers meta-package makes
+    # every kernel apt installs bring its headers, so DKMS builds the module before the reboot;
+    # the kernel is held with the driver, so it moves only when an operator releases it.
+    flavour = host.get("kernel_flavour")
+    kernel_policy = want["dkms"] and not in_container and want["uses_apt"]
+    if kernel_policy and flavour and headers and want.get("kernel_headers_meta", True):
+        extras.append(f"linux-headers-{flavour}")
+    kernel_holds = []
+    if kernel_policy and want.get("hold_kernel", True):
+        names = [f"linux-image-{kernel}", f"linux-headers-{kernel}"]
+        if flavour:
+            names[1:1] = [f"linux-image-{flavour}"]
+            names.append(f"linux-headers-{flavour}")
+        kernel_holds = [
+            name for name in names if name in extras or _matching(packages, name, "*", held=False)
+        ]
     settled = not want["uses_apt"] or (
         all(_matching(packages, p, want["apt_version"], held=True) for p in apt_packages)
         and all(_matching(packages, p, "*", held=False) for p in extras)
+        and all(_matching(packages, p, "*", held=True) for p in kernel_holds)
     )
 
     blocked = ""
@@ -69,7 +86,7 @@ def nvidia_driver_verdict(host: dict[str, Any], want: dict[str, Any]) -> dict[st
             "packages": [f"{p}={want['apt_version']}" for p in apt_packages] + extras
             if want["uses_apt"]
             else [],
-            "hold": apt_packages if want["uses_apt"] else [],
+            "hold": apt_packages + kernel_holds if want["uses_apt"] else [],
             "settled": settled,
             "blocked": blocked,
         },

@@ -62,7 +62,8 @@ options:
 RETURN = r"""
 ansible_facts:
   description: >-
-    nvidia_driver_host: in_container, kernel (running), kernel_headers (its build directory
+    nvidia_driver_host: in_container, kernel (running), kernel_flavour (amd64, generic, or
+    null), kernel_headers (its build directory
     exists), secure_boot (mokutil's first line, why it could not tell, or null without
     mokutil), initramfs_tool (path or
     null), persistenced_unit, device_node (/dev/nvidiactl), packages (name: version, status),
@@ -75,6 +76,7 @@ ansible_facts:
 
 import glob
 import os
+import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
@@ -94,16 +96,26 @@ def installed_version(module, package, packages):
     if not package:
         return ""
     if package in packages:
-        return packages[package]["version"] if packages[package]["status"].endswith(" installed") else ""
+        return (
+            packages[package]["version"]
+            if packages[package]["status"].endswith(" installed")
+            else ""
+        )
     if shutil.which("rpm"):
         rc, out, _err = module.run_command(["rpm", "-q", "--qf", "%{VERSION}", package])
         return out.strip() if rc == 0 else ""
     return ""
 
 
+APT_ETC = "/etc/apt"
+
+
 def source_files():
-    return ["/etc/apt/sources.list"] + sorted(
-        glob.glob("/etc/apt/sources.list.d/*.list") + glob.glob("/etc/apt/sources.list.d/*.sources")
+    """The host's apt sources, one-line and deb822; /etc/apt/sources.list may be absent (Debian 13's
+    default has only sources.list.d/debian.sources)."""
+    parts = os.path.join(APT_ETC, "sources.list.d")
+    return [os.path.join(APT_ETC, "sources.list")] + sorted(
+        glob.glob(os.path.join(parts, "*.list")) + glob.glob(os.path.join(parts, "*.sources"))
     )
 
 
@@ -122,6 +134,13 @@ def components_elsewhere(module, exclude):
             words = line.split("#", 1)[0].split()
             found.update(c for c in COMPONENTS if c in words[1:])
     return [c for c in COMPONENTS if c in found]
+
+
+def kernel_flavour(release):
+    """The flavour of a Debian or Ubuntu kernel release (6.1.0-28-amd64: amd64, 6.8.0-45-generic:
+    generic), which names its meta-packages; None for a kernel not packaged that way."""
+    match = re.match(r"^\d+\.\d+\.\d+-\d+(?:\.\d+)?-([a-z][a-z0-9-]*)$", release)
+    return match.group(1) if match else None
 
 
 def in_container(module):
@@ -172,14 +191,21 @@ def main():
             write_stamp(params["stamp"], params["paths"], fingerprint)
         module.exit_json(changed=False, stamp=params["stamp"])
     kernel = os.uname().release
+    flavour = kernel_flavour(kernel)
     names = list(params["packages"])
     if names and params["headers_package"]:
         names.append("linux-headers-%s" % kernel)
+        # What the kernel policy installs and holds: the running image, and the flavour's
+        # meta-packages that pull each new kernel and its headers.
+        names.append("linux-image-%s" % kernel)
+        if flavour:
+            names += ["linux-image-%s" % flavour, "linux-headers-%s" % flavour]
     packages = dpkg_packages(module, names)
     facts = {
         "in_container": in_container(module),
         # Read here, not from gathered facts: those can predate a reboot into a new kernel.
         "kernel": kernel,
+        "kernel_flavour": flavour,
         "kernel_headers": os.path.exists("/lib/modules/%s/build" % kernel),
         "secure_boot": secure_boot(module),
         "initramfs_tool": next((t for t in INITRAMFS_TOOLS if os.access(t, os.X_OK)), None),

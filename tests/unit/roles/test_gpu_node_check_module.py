@@ -128,8 +128,10 @@ def test_fail_on_error_fails_naming_each_failed_check_and_keeps_the_report(
     # Expecting two GPUs where the H200 outputs show one fails gpu_count as well.
     result = run_module(tmp_path, fake_smi, expect_rc=2, fail_on_error=True, expected_gpu_count=2)
     assert result["failed"] is True
-    assert result["msg"].startswith("2 check(s) failed on ")
+    # Nor are the /dev/nvidia-uvm device nodes there.
+    assert result["msg"].startswith("3 check(s) failed on ")
     assert "gpu_count: " in result["msg"] and "nvml_kernel_match: " in result["msg"]
+    assert "uvm_devices: /dev/nvidia-uvm and /dev/nvidia-uvm-tools missing" in result["msg"]
     assert str(tmp_path / "report" / "node-check.json") in result["msg"]
     assert result["report"]["summary"] == "failed"
 

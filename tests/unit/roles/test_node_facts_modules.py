@@ -191,3 +191,70 @@ def test_the_toolkit_facts_see_the_key_and_the_cdi_specification(tmp_path: Path)
     facts = run_facts(tmp_path, "nvidia_container_toolkit", toolkit_args(tmp_path))
     assert (facts["keyring"], facts["cdi_spec"]) == (True, True)
     assert facts["containerd"] == Path("/usr/bin/containerd").exists()
+
+
+class _FailingModule:
+    def fail_json(self, **result: Any) -> None:
+        raise AssertionError(result["msg"])
+
+
+def driver_facts_module() -> Any:
+    """roles/nvidia_driver/library/nvidia_driver_facts.py as a plain module, with its module_utils."""
+    import importlib.util
+
+    from tests.unit.roles.conftest import load_module
+
+    load_module(
+        "ansible.module_utils.gpuinfra_node_state",
+        ROLES / "nvidia_driver" / "module_utils" / "gpuinfra_node_state.py",
+    )
+    spec = importlib.util.spec_from_file_location(
+        "nvidia_driver_facts", ROLES / "nvidia_driver" / "library" / "nvidia_driver_facts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DEBIAN_13_SOURCES = """Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie trixie-updates
+Components: main non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://security.debian.org/debian-security
+Suites: trixie-security
+Components: main non-free-firmware contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+
+def test_deb822_only_sources_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian 13's default: no /etc/apt/sources.list, one deb822 file."""
+    facts = driver_facts_module()
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    (parts / "debian.sources").write_text(DEBIAN_13_SOURCES)
+    own = parts / "gpuinfra-debian-nonfree.sources"
+    own.write_text("Types: deb\nComponents: contrib non-free non-free-firmware\n")
+    monkeypatch.setattr(facts, "APT_ETC", str(tmp_path))
+    assert not (tmp_path / "sources.list").exists()
+    found = facts.components_elsewhere(_FailingModule(), str(own))
+    # The role's own file is left out: only what the host's sources enable counts.
+    assert found == ["contrib", "non-free-firmware"]
+
+
+def test_one_line_and_deb822_sources_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = driver_facts_module()
+    (tmp_path / "sources.list").write_text(
+        "# deb http://deb.debian.org/debian bookworm non-free\n"
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+        "http://deb.debian.org/debian bookworm main non-free\n"
+    )
+    (tmp_path / "sources.list.d").mkdir()
+    monkeypatch.setattr(facts, "APT_ETC", str(tmp_path))
+    assert facts.components_elsewhere(_FailingModule(), "/nonexistent") == ["non-free"]

@@ -152,10 +152,8 @@ def test_bare_metal_without_headers_installs_them_or_blocks_the_package_run() ->
 
 def test_with_headers_installed_bare_metal_is_settled_and_passes() -> None:
     metal = host(in_container=False, kernel_headers=True)
-    metal["packages"][f"linux-headers-{KERNEL}"] = {
-        "version": "6.18.44-1",
-        "status": "install ok installed",
-    }
+    # Held with the driver, as the kernel is (decision 0045).
+    metal["packages"][f"linux-headers-{KERNEL}"] = {"version": "6.18.44-1", "status": HELD}
     verdict = driver(metal, driver_inputs())
     assert verdict["request"]["settled"] is True
     assert verdict["failure"] == ""
@@ -270,3 +268,51 @@ def test_a_toolkit_package_at_another_version_or_unheld_is_not_settled() -> None
     unheld = copy.deepcopy(CONVERGED_TOOLKIT)
     unheld["packages"]["nvidia-container-toolkit"]["status"] = "install ok installed"
     assert toolkit(unheld, toolkit_inputs())["settled"] is False
+
+
+def debian_metal(**changes: Any) -> dict[str, Any]:
+    """A bare-metal Debian 12 host on its packaged kernel, driver converged."""
+    metal = host(in_container=False, kernel="6.1.0-28-amd64", kernel_flavour="amd64")
+    metal["kernel_headers"] = True
+    for name in ("linux-image-6.1.0-28-amd64", "linux-image-amd64", "linux-headers-6.1.0-28-amd64"):
+        metal["packages"][name] = {"version": "6.1.119-1", "status": HELD}
+    metal.update(changes)
+    return metal
+
+
+def test_the_kernel_moves_with_its_headers_and_is_held_with_the_driver() -> None:
+    request = driver(debian_metal(), driver_inputs())["request"]
+    # The meta-package brings the headers of every kernel apt installs later.
+    assert "linux-headers-amd64" in request["packages"]
+    assert request["hold"] == [
+        *DRIVER_PACKAGES,
+        "linux-image-6.1.0-28-amd64",
+        "linux-image-amd64",
+        "linux-headers-6.1.0-28-amd64",
+        "linux-headers-amd64",
+    ]
+    # Not settled until the meta-package is installed and every kernel package held.
+    assert request["settled"] is False
+    converged = debian_metal()
+    converged["packages"]["linux-headers-amd64"] = {"version": "6.1.119-1", "status": HELD}
+    assert driver(converged, driver_inputs())["request"]["settled"] is True
+    unheld = copy.deepcopy(converged)
+    unheld["packages"]["linux-image-amd64"]["status"] = "install ok installed"
+    assert driver(unheld, driver_inputs())["request"]["settled"] is False
+
+
+def test_the_kernel_policy_can_be_turned_off_and_skips_containers_and_unpackaged_kernels() -> None:
+    request = driver(debian_metal(), driver_inputs(hold_kernel=False, kernel_headers_meta=False))[
+        "request"
+    ]
+    assert "linux-headers-amd64" not in request["packages"]
+    assert request["hold"] == DRIVER_PACKAGES
+    # The lab: a container on the host machine's kernel, which no package of the host provides.
+    lab = driver(host(kernel_flavour=None), driver_inputs())["request"]
+    assert lab["hold"] == DRIVER_PACKAGES
+    custom = driver(debian_metal(kernel_flavour=None), driver_inputs())["request"]
+    assert custom["hold"] == [
+        *DRIVER_PACKAGES,
+        "linux-image-6.1.0-28-amd64",
+        "linux-headers-6.1.0-28-amd64",
+    ]

@@ -6,6 +6,7 @@ The play runs against this machine with only the preflight tag: every task it re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -86,3 +87,133 @@ def test_unpinned_toolkit_version_says_to_bump_versions_yaml(tmp_path: Path) -> 
     output = " ".join((result.stdout + result.stderr).split())
     assert "nvidia_container_toolkit 1.99.0 is not the pin (1.20.0," in output
     assert "bump nvidia_container_toolkit in versions.yaml" in output
+
+
+def toolkit_alone(tmp_path: Path, versions: Path = ROOT / "versions.yaml") -> Path:
+    playbook = tmp_path / "toolkit-alone.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "become": True,
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(versions),
+                                "name": "gpuinfra_versions",
+                            },
+                            "tags": ["always"],
+                        }
+                    ],
+                    "roles": ["nvidia_container_toolkit"],
+                }
+            ]
+        )
+    )
+    return playbook
+
+
+def releases_other_than_this_one(role_prefix: str) -> str:
+    """Extra vars that leave this machine's Debian release out of a role's supported list (the
+    driver role keeps one per install source)."""
+    releases = {"Debian": ["11"], "Ubuntu": ["24"]}
+    if role_prefix == "nvidia_driver":
+        return json.dumps({"_nvidia_driver_supported": {"distro": releases}})
+    return json.dumps({f"_{role_prefix}_supported": releases})
+
+
+def run_to_the_end(tmp_path: Path, playbook: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The whole play in check mode (nothing is changed even if a refusal were missing)."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    args = ["-i", str(inventory), "--check"]
+    for value in extra:
+        args += ["-e", value]
+    return run_playbook_here(tmp_path, *args, playbook)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_the_toolkit_role_alone_refuses_an_unsupported_release_before_writing(
+    tmp_path: Path,
+) -> None:
+    result = run_to_the_end(
+        tmp_path,
+        str(toolkit_alone(tmp_path)),
+        releases_other_than_this_one("nvidia_container_toolkit"),
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert (
+        "is not supported by nvidia_container_toolkit; supported: Debian 11, Ubuntu 24." in output
+    )
+    # Refused in preflight: neither the key nor the source was reached.
+    assert "TASK [nvidia_container_toolkit : Repository" not in result.stdout
+    assert "the release is one the role is tested on" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    versions = yaml.safe_load((ROOT / "versions.yaml").read_text())
+    versions["nvidia_driver"]["distro"]["source"]["suite"] = "trixie"
+    versions["containerd"]["source"]["suite"] = "trixie"
+    other = tmp_path / "versions.yaml"
+    other.write_text(yaml.safe_dump(versions))
+    release = subprocess.run(
+        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
+    ).stdout.strip()
+    if release == "trixie":
+        pytest.skip("this machine runs trixie")
+    result = run_to_the_end(tmp_path, str(toolkit_alone(tmp_path, other)))
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert (
+        f"versions.yaml pins containerd {versions['containerd']['source']['package_version']} "
+        f"from trixie; this host runs Debian" in output
+    )
+    assert f"({release}), whose archive does not carry that build" in output
+    driver = tmp_path / "driver.yml"
+    driver.write_text(
+        (ROOT / "playbooks" / "nodes.yml")
+        .read_text()
+        .replace('"{{ playbook_dir }}/../versions.yaml"', json.dumps(str(other)))
+    )
+    (tmp_path / "roles").symlink_to(ROOT / "roles")
+    result = preflight(tmp_path, playbook=str(driver))
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert (
+        "versions.yaml pins nvidia_driver.distro 535.261.03-1 from trixie; this host runs" in output
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_upgrade_refuses_an_unsupported_host_before_draining_or_releasing_holds(
+    tmp_path: Path,
+) -> None:
+    result = run_to_the_end(
+        tmp_path,
+        "playbooks/upgrade_driver.yml",
+        releases_other_than_this_one("nvidia_driver"),
+        "gpuinfra_k8s_node=true",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "is not supported with nvidia_driver_source 'distro'" in " ".join(output.split())
+    for task in ("Cordon and drain", "Release the holds", "Read the held NVIDIA packages"):
+        assert f"TASK [{task}" not in output, task
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_upgrade_refuses_a_bad_node_check_input_before_draining(tmp_path: Path) -> None:
+    result = run_to_the_end(
+        tmp_path,
+        "playbooks/upgrade_driver.yml",
+        "gpu_node_check_mig_mode=sometimes",
+        "gpuinfra_k8s_node=true",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "gpu_node_check_mig_mode must be one of: enabled, disabled, any" in output
+    assert "TASK [Cordon and drain" not in output

@@ -1,0 +1,66 @@
+"""CLI commands: workloads (templates the cluster's users start from)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuinfra.cli.console import out
+
+workloads_app = typer.Typer(
+    help="Workload templates for the cluster's users.", no_args_is_help=True
+)
+
+
+@workloads_app.command("training")
+def training(
+    name: Annotated[str, typer.Argument(help="The Job's name")],
+    namespace: Annotated[str, typer.Option(help="A team namespace with a Kueue LocalQueue")],
+    image: Annotated[str, typer.Option(help="The training image, pinned by tag or digest")],
+    gpu_type: Annotated[
+        str, typer.Option(help="The nodes' gpuinfra.dev/gpu-type label (h100, l4)")
+    ],
+    queue: Annotated[str, typer.Option(help="The LocalQueue that admits the Job")] = "gpu",
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (one pod per node)")] = 8,
+    nodes: Annotated[int, typer.Option(help="Nodes (pods of the indexed Job)")] = 1,
+    network: Annotated[str, typer.Option(help="efa, infiniband, roce or tcp")] = "tcp",
+    efa_interfaces: Annotated[int, typer.Option(help="EFA interfaces per node (network efa)")] = 0,
+    socket_ifname: Annotated[
+        str | None, typer.Option(help="The data network interface NCCL bootstraps over")
+    ] = None,
+    shm_size: Annotated[str, typer.Option(help="Size of /dev/shm for DataLoader workers")] = "64Gi",
+) -> None:
+    """Print a Kueue-queued training Job and its headless Service, validated against the pinned
+    Kubernetes schemas."""
+    import yaml
+
+    from gpuinfra import schemas, versions, workloads
+    from gpuinfra.errors import CheckFailed
+
+    objects = workloads.training_objects(
+        workloads.TrainingJob(
+            name=name,
+            namespace=namespace,
+            queue=queue,
+            image=image,
+            gpu_type=gpu_type,
+            gpus_per_node=gpus_per_node,
+            nodes=nodes,
+            network=network,
+            efa_interfaces=efa_interfaces,
+            socket_ifname=socket_ifname,
+            shm_size=shm_size,
+        )
+    )
+    kubernetes = versions.pinned().kubernetes.version
+    problems = [p for obj in objects for p in schemas.core_problems(obj, kubernetes)]
+    if problems:
+        raise CheckFailed(problems)
+    text = yaml.safe_dump_all(objects, sort_keys=False)
+    out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `gpuinfra` app."""
+    app.add_typer(workloads_app, name="workloads")

@@ -1,0 +1,129 @@
+"""Support windows: each pin against the dated end of support of its release line.
+
+The table is ``gpuinfra/data/support_windows.yaml``, with the source of every date. A pin past its
+end is a warning; for a production environment it is an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gpuinfra.versions import Versions, parse
+
+
+@dataclass(frozen=True)
+class Window:
+    key: str
+    line: str
+    end: dt.date
+    source: str
+    note: str = ""
+    tentative: bool = False
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    message: str
+    # past: the end is behind the date checked; soon: within 90 days; ok; undated.
+    state: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+def table() -> dict[str, Any]:
+    text = resources.files("gpuinfra.data").joinpath("support_windows.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def _line(table_lines: dict[str, Any], family: str, line: str, key: str) -> Window | None:
+    entry = table_lines.get(family) or {}
+    found = (entry.get("ends") or {}).get(line)
+    if not found:
+        return None
+    return Window(
+        key=key,
+        line=f"{family} {line}",
+        end=dt.date.fromisoformat(str(found["end"])),
+        source=str(entry["source"]),
+        note=str(found.get("note") or ""),
+        tentative=bool(found.get("tentative")),
+    )
+
+
+def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
+    """(key in versions.yaml, family in the table, release line) for every dated pin."""
+    lines = []
+    for source in ("distro", "cuda_repo", "preinstalled"):
+        version = v.driver(source).version
+        lines.append((f"nvidia_driver.{source}", "nvidia_driver", version.split(".")[0]))
+    lines.append(
+        (
+            "gpu_operator.operands.driver",
+            "nvidia_driver",
+            v.gpu_operator.operands.get("driver", "").split(".")[0],
+        )
+    )
+    minor = ".".join(str(n) for n in parse(v.containerd.version)[:2])
+    lines.append(("containerd", "containerd", minor))
+    k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
+    lines.append(("kubernetes", "kubernetes", k8s))
+    if v.kubernetes.source.type == "eks":
+        lines.append(("kubernetes", "eks", k8s))
+    return lines
+
+
+def check(v: Versions, today: dt.date, soon_days: int = 90) -> list[Finding]:
+    """One finding per dated pin (past, soon, ok) and per pin the table cannot date."""
+    data = table()
+    findings = []
+    for key, family, line in pinned_lines(v):
+        window = _line(data["lines"], family, line, key)
+        label = {
+            "nvidia_driver": f"driver branch R{line}",
+            "eks": f"EKS {line} standard support",
+        }.get(family, f"{family} {line}")
+        if window is None:
+            findings.append(Finding(key, f"{label}: no end of support in the table", "undated"))
+            continue
+        when = window.end.isoformat() + (" (tentative)" if window.tentative else "")
+        note = f"; {window.note}" if window.note else ""
+        if window.end < today:
+            findings.append(
+                Finding(key, f"{label} ended {when}{note} (source: {window.source})", "past")
+            )
+        elif (window.end - today).days <= soon_days:
+            findings.append(
+                Finding(
+                    key, f"{label} ends {when}, in {(window.end - today).days} day(s){note}", "soon"
+                )
+            )
+        else:
+            findings.append(Finding(key, f"{label} supported until {when}", "ok"))
+    for name, reason in (data.get("undated") or {}).items():
+        findings.append(Finding(name, f"not dated: {reason}", "undated"))
+    return findings
+
+
+EKS_AMI_VERIFY = (
+    "aws ssm get-parameter --name "
+    "/aws/service/eks/optimized-ami/{minor}/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
+    " --query Parameter.Value --output text"
+)
+
+
+def eks_ami_hint(v: Versions) -> str:
+    """How to check the AMI release pin against what AWS publishes (no cloud access here)."""
+    minor = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
+    return (
+        f"eks_gpu_ami {v.eks_gpu_ami.version}: the format (K8S-PATCH-DATE) is checked offline, the "
+        f"release itself is not; verify it exists with `{EKS_AMI_VERIFY.format(minor=minor)}` (the "
+        "latest) or in the amazon-eks-ami release notes (github.com/awslabs/amazon-eks-ami/releases)"
+    )

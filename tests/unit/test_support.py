@@ -1,0 +1,82 @@
+"""Support windows: each pin against its release line's dated end of support."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from gpuinfra import support, versions
+from tests.conftest import run_cli
+
+PINS = versions.pinned()
+
+
+def states(today: dt.date) -> dict[tuple[str, str], str]:
+    return {(f.key, f.message.split(" ")[0]): f.state for f in support.check(PINS, today)}
+
+
+def test_every_dated_line_names_its_source_and_a_real_date() -> None:
+    data = support.table()
+    dt.date.fromisoformat(data["as_of"])
+    for family, entry in data["lines"].items():
+        assert entry["source"].startswith("https://"), family
+        for line, window in entry["ends"].items():
+            assert dt.date.fromisoformat(window["end"]) > dt.date(2020, 1, 1), (family, line)
+
+
+def test_a_pin_past_its_end_and_one_close_to_it() -> None:
+    findings = {
+        f.key + " " + f.message.split(":")[0]: f for f in support.check(PINS, dt.date(2026, 12, 1))
+    }
+    r535 = next(f for f in findings.values() if f.key == "nvidia_driver.distro")
+    assert r535.state == "past"
+    assert r535.message.startswith("driver branch R535 ended 2026-06-30")
+    assert "docs.nvidia.com" in r535.message
+    containerd = next(f for f in findings.values() if f.key == "containerd")
+    assert (containerd.state, containerd.message.split(";")[0]) == (
+        "past",
+        "containerd 1.6 ended 2025-07-23",
+    )
+    eks = next(f for f in support.check(PINS, dt.date(2026, 12, 1)) if "EKS" in f.message)
+    assert eks.state == "soon"
+    assert eks.message.startswith("EKS 1.34 standard support ends 2026-12-02, in 1 day(s)")
+
+
+def test_the_same_pins_a_year_earlier_are_supported() -> None:
+    found = {
+        f.key: f.state
+        for f in support.check(PINS, dt.date(2025, 6, 1))
+        if f.key == "nvidia_driver.distro"
+    }
+    assert found == {"nvidia_driver.distro": "ok"}
+
+
+def test_lines_without_a_date_say_so_instead_of_passing() -> None:
+    undated = {f.key for f in support.check(PINS, dt.date(2026, 12, 1)) if f.state == "undated"}
+    assert {"gpu_operator", "kueue", "volcano"} <= undated
+
+
+def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
+    result = run_cli("versions", "check", "--as-of", "2026-12-01")
+    assert result.code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "warning: versions.yaml: containerd: containerd 1.6 ended 2025-07-23" in text
+    assert (
+        "aws ssm get-parameter --name /aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
+        in text
+    )
+    prod = run_cli("versions", "check", "--environment", "prod", "--as-of", "2026-12-01")
+    assert prod.code == 1
+    errors = [line for line in prod.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3
+    assert all(line.endswith("(environment prod)") for line in errors)
+    early = run_cli("versions", "check", "--environment", "prod", "--as-of", "2025-06-01")
+    assert early.code == 0, early.stderr
+
+
+def test_a_bad_date_is_a_usage_error() -> None:
+    result = run_cli("versions", "check", "--as-of", "2026-13-01")
+    assert result.code == 2
+    assert (
+        result.stderr.strip().splitlines()[-1]
+        == "error: --as-of: '2026-13-01' is not a date (allowed: YYYY-MM-DD)"
+    )
