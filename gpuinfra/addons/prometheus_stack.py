@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import Field
 
+from gpuinfra.addons import alerting
+from gpuinfra.addons.alerting import AlertingSettings
 from gpuinfra.addons.base import (
     MONITOR_LABELS,
     PROMETHEUS_RELEASE,
@@ -30,8 +32,6 @@ from gpuinfra.versions import Versions
 # Grafana's dashboard sidecar loads ConfigMaps carrying this label from every namespace.
 DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
-SEVERITIES = ("critical", "warning", "info")
-_SECRETS_DIR = "/etc/alertmanager/secrets"
 # Grafana's admin user on the Pulumi path, and the length of its generated password.
 GRAFANA_ADMIN_USER = "admin"
 GRAFANA_PASSWORD_LENGTH = 32
@@ -69,11 +69,11 @@ class PrometheusStackSettings(AddonSettings):
     grafana_admin_password_key: str = Field(
         default="admin-password", description="Key of the admin password in that Secret."
     )
-    # Without it alerts are still routed by severity, to receivers that deliver nowhere.
-    alert_webhook_secret: Name | None = Field(
-        default=None,
-        description="Existing Secret with one webhook URL per severity (keys critical, warning, "
-        "info); unset routes alerts nowhere.",
+    alerting: AlertingSettings = Field(
+        default_factory=AlertingSettings,
+        description="Who hears of alerts: receivers (wecom, pagerduty, opsgenie, slack, email, "
+        "webhook), the receivers per severity (routes.critical pages, routes.warning goes to the "
+        "team's chat; info is only recorded) and the Secret holding their credentials.",
     )
 
 
@@ -98,9 +98,9 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
     }
     if settings.retention_size:
         prometheus_spec["retentionSize"] = settings.retention_size
-    alertmanager: dict[str, Any] = {"config": alertmanager_config(settings)}
-    if settings.alert_webhook_secret:
-        alertmanager["alertmanagerSpec"] = {"secrets": [settings.alert_webhook_secret]}
+    alertmanager: dict[str, Any] = {"config": alerting.config(settings.alerting)}
+    if settings.alerting.secret:
+        alertmanager["alertmanagerSpec"] = {"secrets": [settings.alerting.secret]}
     return {
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": alertmanager,
@@ -119,41 +119,6 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
                 }
             },
         },
-    }
-
-
-def alertmanager_config(settings: PrometheusStackSettings) -> dict[str, Any]:
-    """Route each alert to the receiver of its severity; the chart keeps its inhibit rules.
-
-    Those rules hold info alerts (GpuIdle after 2 hours) back while no warning or critical alert
-    fires in their namespace: they show in Alertmanager and Grafana without notifying anyone,
-    and the 6-hour GpuIdle warning replaces the info one.
-    """
-    receivers: list[dict[str, Any]] = [{"name": "null"}]
-    for severity in SEVERITIES:
-        receiver: dict[str, Any] = {"name": severity}
-        if settings.alert_webhook_secret:
-            # url_file keeps the URL (often carrying a token) out of values and state.
-            url_file = f"{_SECRETS_DIR}/{settings.alert_webhook_secret}/{severity}"
-            receiver["webhook_configs"] = [{"url_file": url_file, "send_resolved": True}]
-        receivers.append(receiver)
-    routes: list[dict[str, Any]] = [
-        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
-        *(
-            {"receiver": severity, "matchers": [f'severity = "{severity}"']}
-            for severity in SEVERITIES
-        ),
-    ]
-    return {
-        "route": {
-            "group_by": ["namespace", "alertname"],
-            "group_wait": "30s",
-            "group_interval": "5m",
-            "repeat_interval": "12h",
-            "receiver": "null",
-            "routes": routes,
-        },
-        "receivers": receivers,
     }
 
 

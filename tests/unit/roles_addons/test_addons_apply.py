@@ -48,7 +48,7 @@ def main():
         result["status"] = {{"status": "deployed", "chart": charts[args["release_name"]]}}
     if MODULE == "k8s_info":
         state = "Open" if args.get("kind") == "Queue" else "ready"
-        keys = ("admin-user", "admin-password", "critical", "warning", "info")
+        keys = ("admin-user", "admin-password", "pagerduty-routing-key", "wecom-api-secret")
         result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, "")}}]
     if MODULE == "helm_pull":
         chart = os.path.join(args["destination"], args["chart_ref"])
