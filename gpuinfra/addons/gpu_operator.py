@@ -120,7 +120,15 @@ def values(settings: GpuOperatorSettings, versions: Versions) -> dict[str, Any]:
         "migManager": {"enabled": settings.mig_strategy != "none"},
         "dcgmExporter": {
             "enabled": True,
-            "serviceMonitor": {"enabled": True, "additionalLabels": dict(MONITOR_LABELS)},
+            # Each GPU's series carry the pod holding it (and its labels); honouring the
+            # exporter's namespace and pod labels keeps them the workload's, not the exporter's,
+            # so GPU-hours are attributed to the right namespace.
+            "enablePodLabels": True,
+            "serviceMonitor": {
+                "enabled": True,
+                "additionalLabels": dict(MONITOR_LABELS),
+                "honorLabels": True,
+            },
         },
         "devicePlugin": {"enabled": True},
     }

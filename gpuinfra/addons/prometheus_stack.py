@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from gpuinfra.addons import alerting
+from gpuinfra.addons import accounting, alerting
 from gpuinfra.addons.alerting import AlertingSettings
 from gpuinfra.addons.base import (
     MONITOR_LABELS,
@@ -69,6 +69,16 @@ class PrometheusStackSettings(AddonSettings):
     grafana_admin_password_key: str = Field(
         default="admin-password", description="Key of the admin password in that Secret."
     )
+    require_cost_labels: bool = Field(
+        default=True,
+        description="Refuse pods that request GPUs without the team and project labels (a "
+        "ValidatingAdmissionPolicy); the GPU-hours report counts unlabelled pods as '-'.",
+    )
+    cost_labels_exempt_namespaces: list[Name] = Field(
+        default_factory=lambda: ["kube-system", "gpu-operator"],
+        description="Namespaces whose GPU pods need no team or project label (the GPU "
+        "Operator's validators run there).",
+    )
     alerting: AlertingSettings = Field(
         default_factory=AlertingSettings,
         description="Who hears of alerts: receivers (wecom, pagerduty, opsgenie, slack, email, "
@@ -104,6 +114,7 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
     return {
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": alertmanager,
+        "kube-state-metrics": accounting.kube_state_metrics_values(),
         "grafana": {
             "admin": {
                 "existingSecret": settings.grafana_admin_secret,
@@ -141,12 +152,25 @@ def dashboard() -> str:
 
 
 def objects(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
-    return [
+    admission = (
+        accounting.admission_objects(settings.cost_labels_exempt_namespaces)
+        if settings.require_cost_labels
+        else []
+    )
+    return admission + [
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PrometheusRule",
             "metadata": metadata("gpuinfra-gpu-alerts", settings.namespace, dict(MONITOR_LABELS)),
             "spec": alert_rules(),
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PrometheusRule",
+            "metadata": metadata(
+                "gpuinfra-gpu-accounting", settings.namespace, dict(MONITOR_LABELS)
+            ),
+            "spec": accounting.recording_rules(),
         },
         {
             "apiVersion": "v1",
