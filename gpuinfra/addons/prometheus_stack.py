@@ -157,7 +157,8 @@ def objects(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
         if settings.require_cost_labels
         else []
     )
-    return admission + [
+    return [
+        *admission,
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PrometheusRule",
