@@ -190,3 +190,36 @@ def sink() -> Iterator[Sink]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def static(pages: dict[str, tuple[str, bytes]]) -> Iterator[str]:
+    """An HTTP server answering GET ``path`` with ``(content type, body)``, 404 elsewhere."""
+    port = free_port()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = pages.get(urlsplit(self.path).path)
+            if page is None:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            kind, body = page
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -118,5 +120,79 @@ def gpu_hours(
     out.print(table)
 
 
+class DoctorFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+_MARKS = {"ok": "[green]ok[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
+
+
+def doctor(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig of the cluster (nodes, Triton)")
+    ] = None,
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus base URL (targets, Triton models)")
+    ] = None,
+    alertmanager: Annotated[
+        str | None, typer.Option(help="Alertmanager base URL (firing alerts)")
+    ] = None,
+    node_checks: Annotated[
+        Path | None,
+        typer.Option(help="Node check reports: converge's --report-json file or a directory"),
+    ] = None,
+    stack: Annotated[
+        str | None, typer.Option(help="The stack that declares the cluster: dev, staging, prod")
+    ] = None,
+    site: Annotated[
+        Path | None, typer.Option(help="The site inventory that declares the cluster")
+    ] = None,
+    fmt: Annotated[DoctorFormat, typer.Option("--format", help="table or json")] = (
+        DoctorFormat.table
+    ),
+) -> None:
+    """The morning check: GPU nodes, DCGM exporter, scrapes, Triton, alerts, node checks.
+
+    Exit 0 when every item passes, 1 when one fails.
+    """
+    from gpuinfra import addons, config, integrity
+    from gpuinfra import site as site_mod
+    from gpuinfra.ops import doctor as doctor_mod
+
+    if stack is not None and site is not None:
+        raise UsageError("give at most one of --stack ENV or --site DIR")
+    declared = doctor_mod.Declared()
+    if stack is not None:
+        cfg = config.load_stack(stack)
+        declared = doctor_mod.Declared(integrity.stack_nodes(cfg), cfg.addons.triton)
+    elif site is not None:
+        loaded = site_mod.load_site(site)
+        settings = addons.settings_from_site(loaded)
+        declared = doctor_mod.Declared(integrity.site_nodes(loaded), settings.triton, by_host=True)
+    items = doctor_mod.run(
+        declared=declared,
+        kubeconfig=kubeconfig,
+        prometheus_url=prometheus,
+        alertmanager_url=alertmanager,
+        node_checks=node_checks,
+    )
+    failures = doctor_mod.failed(items)
+    if fmt is DoctorFormat.json:
+        document = {"ok": not failures, "items": [dataclasses.asdict(i) for i in items]}
+        emit(json.dumps(document, indent=2) + "\n")
+    else:
+        table = Table(title="gpuinfra doctor")
+        for column in ("check", "subject", "status", "detail"):
+            table.add_column(column, overflow="fold")
+        for item in items:
+            table.add_row(item.check, item.subject, _MARKS[item.status], item.detail)
+        out.print(table)
+        out.print(f"{len(failures)} of {len(items)} items failed" if failures else "all ok")
+    if failures:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(report_app, name="report")
+    app.command("doctor")(doctor)
