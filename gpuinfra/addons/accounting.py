@@ -14,10 +14,8 @@ from typing import Any
 
 import yaml
 
-from gpuinfra.addons.base import GPU_RESOURCE, metadata
+from gpuinfra.addons.base import GPU_RESOURCE, PROJECT_LABEL, TEAM_LABEL, metadata
 
-TEAM_LABEL = "team"
-PROJECT_LABEL = "project"
 COST_LABELS = (TEAM_LABEL, PROJECT_LABEL)
 # What the recording rules record, and how often (their group's interval).
 ALLOCATED = "namespace_team_project:gpu_allocated:sum"

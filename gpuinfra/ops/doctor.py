@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
+from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
 from gpuinfra.addons.triton import NAME as TRITON_NAME
 from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.errors import ToolError, UsageError
@@ -32,7 +33,7 @@ from gpuinfra.ops.http import base_url, get_json
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip"]
-DCGM_JOB = "nvidia-dcgm-exporter"
+DCGM_JOB = DCGM_EXPORTER_JOB
 # GPU Feature Discovery's count of the node's physical GPUs.
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
 NOTIFYING = ("critical", "warning")

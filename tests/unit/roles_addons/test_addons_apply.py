@@ -49,7 +49,8 @@ def main():
     if MODULE == "k8s_info":
         state = "Open" if args.get("kind") == "Queue" else "ready"
         keys = ("admin-user", "admin-password", "pagerduty-routing-key", "wecom-api-secret")
-        result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, "")}}]
+        status = {{"state": state, "succeeded": 1}} if args.get("kind") == "Job" else {{"state": state}}
+        result["resources"] = [{{"status": status, "data": dict.fromkeys(keys, "")}}]
     if MODULE == "helm_pull":
         chart = os.path.join(args["destination"], args["chart_ref"])
         os.makedirs(os.path.join(chart, "charts", "crds", "crds"))
@@ -184,3 +185,11 @@ def test_each_release_is_checked_on_the_one_kubeconfig(calls: list[dict[str, Any
     assert checked == [r.release for r in _renders() if r.chart is not None]
     kubeconfigs = {c["args"]["kubeconfig"] for c in calls if "kubeconfig" in c["args"]}
     assert len(kubeconfigs) == 1 and next(iter(kubeconfigs)).endswith("/kubeconfig")
+
+
+def test_the_gpu_operator_install_waits_for_its_smoke_test(calls: list[dict[str, Any]]) -> None:
+    (operator,) = [r for r in _renders() if r.name == "gpu_operator"]
+    (job,) = [o for o in operator.objects if o["kind"] == "Job"]
+    applied = _applied(calls, job)
+    waited = _index(calls, "k8s_info", kind="Job", name=job["metadata"]["name"])
+    assert _index(calls, "helm", release_name=operator.release) < applied < waited
