@@ -162,6 +162,14 @@ class GpuCluster(pulumi.ComponentResource):
             opts=child,
         )
         after_agent = pulumi.ResourceOptions(parent=self, depends_on=[pod_identity])
+        # Reports GPU and node failures as node conditions, which node auto repair acts on.
+        aws.eks.Addon(
+            f"{name}-node-monitoring-agent",
+            cluster_name=cluster.name,
+            addon_name="eks-node-monitoring-agent",
+            tags=tags,
+            opts=child,
+        )
         ebs_role = self._pod_role(
             f"{name}-ebs-csi", tags, managed=["service-role/AmazonEBSCSIDriverPolicy"]
         )

@@ -142,6 +142,9 @@ class GpuNodePool(pulumi.ComponentResource):
             labels=self.labels,
             taints=[aws.eks.NodeGroupTaintArgs(**EKS_GPU_TAINT)],
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            # EKS replaces or reboots a node the node monitoring agent reports unhealthy (a
+            # fatal XID, a GPU off the bus): a faulty GPU stops taking work (decision 0043).
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             tags=tags,
             # The cluster autoscaler owns the current size once the pool exists.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),

@@ -218,6 +218,13 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
     if not _VERSION.match(chosen):
         raise UsageError(f"{path}: chart version {chosen!r} is not a version")
     values = _yaml_mapping(files.get("values.yaml", b"{}"), f"{path}: values.yaml")
+    # A subchart's values are set under its name in the parent's values; the parent's own
+    # settings for it override the subchart's defaults, as Helm merges them.
+    for member, content in sorted(files.items()):
+        parts = PurePosixPath(member).parts
+        if len(parts) == 3 and parts[0] == "charts" and parts[2] == "values.yaml":
+            defaults = _yaml_mapping(content, f"{path}: {member}")
+            values[parts[1]] = _merged(defaults, values.get(parts[1]) or {})
     crds: list[tuple[str, dict[str, Any]]] = []
     for member, content in sorted(files.items()):
         where = PurePosixPath(member)
@@ -238,6 +245,16 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
         ]
     return ChartSource(name=name, version=chosen, values=values, crds=tuple(crds))
+
+
+def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _directory_files(root: Path) -> Iterator[tuple[str, bytes]]:

@@ -107,6 +107,7 @@ class Versions(Strict):
     volcano: Component
     kueue: Component
     triton: Component
+    cuda_sample: Component
     kube_prometheus_stack: Component
 
     def entries(self) -> Iterator[tuple[str, Component]]:

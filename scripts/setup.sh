@@ -28,6 +28,41 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
+# Alertmanager for the alerting tests: bookworm's 0.25 refuses fields the chart's Alertmanager
+# accepts (url_file, routing_key_file), so amtool and alertmanager come from Debian 13's package,
+# fetched through a trixie source list kept in .tools/ (this machine's apt sources stay as they
+# are) and unpacked there. It needs only libc >= 2.34. Every fetch is bounded.
+ALERTMANAGER_SERIES=0.28
+AM_DIR=.tools/alertmanager
+if [ ! -x "$AM_DIR/usr/bin/amtool" ]; then
+  echo "setup: fetching prometheus-alertmanager ${ALERTMANAGER_SERIES} from Debian 13 into $AM_DIR"
+  rm -rf .tools/apt "$AM_DIR" && mkdir -p .tools/apt/lists/partial .tools/apt/debs
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+    >.tools/apt/sources.list
+  apt_private=(-o Dir::Etc::SourceList="$PWD/.tools/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o Dir::State::Lists="$PWD/.tools/apt/lists" -o Acquire::http::Timeout=30 -o Acquire::Retries=2)
+  if ! timeout 300 apt-get update -qq "${apt_private[@]}" ||
+    ! (cd .tools/apt/debs && timeout 300 apt-get download -qq "${apt_private[@]}" prometheus-alertmanager 2>/dev/null); then
+    echo "setup: could not fetch prometheus-alertmanager from deb.debian.org (trixie); the alerting tests need it" >&2
+    exit 3
+  fi
+  deb=$(ls .tools/apt/debs/prometheus-alertmanager_*.deb)
+  case "$(dpkg-deb -f "$deb" Version)" in
+    "${ALERTMANAGER_SERIES}".*) ;;
+    *) echo "setup: $deb is not Alertmanager ${ALERTMANAGER_SERIES}" >&2; exit 3 ;;
+  esac
+  rm -rf "$AM_DIR.partial" && dpkg-deb -x "$deb" "$AM_DIR.partial" && mv "$AM_DIR.partial" "$AM_DIR"
+  rm -rf .tools/apt
+fi
+# Debian's build reads its notification templates from this fixed path, where its package
+# would have put them.
+AM_TEMPLATES=/usr/share/prometheus/alertmanager
+for tmpl in default.tmpl email.tmpl; do
+  if [ ! -e "$AM_TEMPLATES/$tmpl" ]; then
+    mkdir -p "$AM_TEMPLATES" && cp "$AM_DIR$AM_TEMPLATES/$tmpl" "$AM_TEMPLATES/$tmpl"
+  fi
+done
+
 if [ ! -x .venv/bin/uv ]; then
   echo "setup: creating .venv with uv ${UV_VERSION}"
   python3 -m venv .venv

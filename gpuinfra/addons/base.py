@@ -33,6 +33,9 @@ GPU_TOLERATION: dict[str, str] = {
 # Node pools (Pulumi) and site inventories label each GPU node with its GPU model (h100, l4).
 GPU_TYPE_LABEL = "gpuinfra.dev/gpu-type"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Every pod that requests GPUs carries these; GPU-hours are reported by them (accounting.py).
+TEAM_LABEL = "team"
+PROJECT_LABEL = "project"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.

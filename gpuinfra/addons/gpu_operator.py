@@ -7,6 +7,8 @@ AMI, already have both, and a second driver container on such a node fails to lo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any, Literal
 
@@ -17,11 +19,14 @@ from gpuinfra.addons.base import (
     GPU_RESOURCE,
     GPU_TOLERATION,
     MONITOR_LABELS,
+    PROJECT_LABEL,
+    TEAM_LABEL,
     AddonRender,
     AddonSettings,
     Chart,
     Name,
     enabled_field,
+    metadata,
 )
 from gpuinfra.versions import Versions
 
@@ -32,6 +37,11 @@ DEVICE_PLUGIN_CONFIG = "gpuinfra"
 MIG_ALL_DISABLED = "all-disabled"
 # The Service (and so the Prometheus job) the operator creates for the DCGM exporter.
 DCGM_EXPORTER_JOB = "nvidia-dcgm-exporter"
+SMOKE_TEST = "gpuinfra-gpu-smoke-test"
+# Long enough to pull the sample image on a fresh node; the Ansible verify step waits as long.
+SMOKE_TEST_DEADLINE_S = 600
+# The smoke test's GPU-hours are the platform's own.
+SMOKE_LABELS = {TEAM_LABEL: "platform", PROJECT_LABEL: "gpuinfra"}
 
 # Operand in versions.yaml -> the chart value that holds its image tag.
 _OPERAND_VALUES = {
@@ -50,6 +60,11 @@ class GpuOperatorSettings(AddonSettings):
     enabled: bool = enabled_field("Install the GPU Operator", default=True)
     namespace: Name = Field(
         default="gpu-operator", description="Namespace of the GPU Operator release."
+    )
+    smoke_test: bool = Field(
+        default=True,
+        description="After each install, run a Job on a GPU node that requests one GPU, runs "
+        "nvidia-smi and a CUDA program (vectorAdd); the install waits for it to succeed.",
     )
     driver_mode: Literal["host", "operator"] = Field(
         default="host",
@@ -120,7 +135,15 @@ def values(settings: GpuOperatorSettings, versions: Versions) -> dict[str, Any]:
         "migManager": {"enabled": settings.mig_strategy != "none"},
         "dcgmExporter": {
             "enabled": True,
-            "serviceMonitor": {"enabled": True, "additionalLabels": dict(MONITOR_LABELS)},
+            # Each GPU's series carry the pod holding it (and its labels); honouring the
+            # exporter's namespace and pod labels keeps them the workload's, not the exporter's,
+            # so GPU-hours are attributed to the right namespace.
+            "enablePodLabels": True,
+            "serviceMonitor": {
+                "enabled": True,
+                "additionalLabels": dict(MONITOR_LABELS),
+                "honorLabels": True,
+            },
         },
         "devicePlugin": {"enabled": True},
     }
@@ -167,6 +190,55 @@ def _device_plugin_config(settings: GpuOperatorSettings) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def smoke_test_job(settings: GpuOperatorSettings, versions: Versions) -> dict[str, Any]:
+    """A Job that proves the path from device to container: one GPU, nvidia-smi, a CUDA kernel.
+
+    Its name carries a digest of what it tests (the operator, its operands, the sample), so a
+    change to any of them creates a new Job, which runs again, instead of an immutable Job
+    that cannot be updated; a re-run with nothing changed leaves the finished Job alone.
+    """
+    sample = versions.cuda_sample
+    image = f"{sample.source.image}:{sample.tag or sample.version}"
+    tested = json.dumps(
+        [versions.gpu_operator.version, versions.gpu_operator.operands, image,
+         settings.driver_mode, settings.mig_strategy], sort_keys=True,
+    )  # fmt: skip
+    digest = hashlib.sha256(tested.encode()).hexdigest()[:10]
+    labels = {**SMOKE_LABELS, "app.kubernetes.io/name": SMOKE_TEST}
+    gpu = {"limits": {GPU_RESOURCE: 1}}
+    # The toolkit mounts nvidia-smi into a container that asks for the utility capability.
+    capabilities = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(f"{SMOKE_TEST}-{digest}", settings.namespace, labels),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": SMOKE_TEST_DEADLINE_S,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [GPU_TOLERATION],
+                    "initContainers": [
+                        {
+                            "name": "nvidia-smi",
+                            "image": image,
+                            "command": ["nvidia-smi"],
+                            "env": capabilities,
+                            "resources": gpu,
+                        }
+                    ],
+                    "containers": [
+                        {"name": "vectoradd", "image": image, "env": capabilities,
+                         "resources": gpu}
+                    ],
+                },
+            },
+        },
+    }  # fmt: skip
+
+
 def render(settings: GpuOperatorSettings, versions: Versions) -> AddonRender:
     return AddonRender(
         name="gpu_operator",
@@ -174,4 +246,5 @@ def render(settings: GpuOperatorSettings, versions: Versions) -> AddonRender:
         namespace=settings.namespace,
         chart=Chart.of(versions.gpu_operator),
         values=values(settings, versions),
+        objects=[smoke_test_job(settings, versions)] if settings.smoke_test else [],
     )

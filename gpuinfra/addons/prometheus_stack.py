@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import Field
 
+from gpuinfra.addons import accounting, alerting
+from gpuinfra.addons.alerting import AlertingSettings
 from gpuinfra.addons.base import (
     MONITOR_LABELS,
     PROMETHEUS_RELEASE,
@@ -31,8 +33,6 @@ from gpuinfra.versions import Versions
 # Grafana's dashboard sidecar loads ConfigMaps carrying this label from every namespace.
 DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
-SEVERITIES = ("critical", "warning", "info")
-_SECRETS_DIR = "/etc/alertmanager/secrets"
 # Grafana's admin user on the Pulumi path, and the length of its generated password.
 GRAFANA_ADMIN_USER = "admin"
 GRAFANA_PASSWORD_LENGTH = 32
@@ -70,11 +70,21 @@ class PrometheusStackSettings(AddonSettings):
     grafana_admin_password_key: str = Field(
         default="admin-password", description="Key of the admin password in that Secret."
     )
-    # Without it alerts are still routed by severity, to receivers that deliver nowhere.
-    alert_webhook_secret: Name | None = Field(
-        default=None,
-        description="Existing Secret with one webhook URL per severity (keys critical, warning, "
-        "info); unset routes alerts nowhere.",
+    require_cost_labels: bool = Field(
+        default=True,
+        description="Refuse pods that request GPUs without the team and project labels (a "
+        "ValidatingAdmissionPolicy); the GPU-hours report counts unlabelled pods as '-'.",
+    )
+    cost_labels_exempt_namespaces: list[Name] = Field(
+        default_factory=lambda: ["kube-system", "gpu-operator"],
+        description="Namespaces whose GPU pods need no team or project label (the GPU "
+        "Operator's validators run there).",
+    )
+    alerting: AlertingSettings = Field(
+        default_factory=AlertingSettings,
+        description="Who hears of alerts: receivers (wecom, pagerduty, opsgenie, slack, email, "
+        "webhook), the receivers per severity (routes.critical pages, routes.warning goes to the "
+        "team's chat; info is only recorded) and the Secret holding their credentials.",
     )
 
 
@@ -99,12 +109,13 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
     }
     if settings.retention_size:
         prometheus_spec["retentionSize"] = settings.retention_size
-    alertmanager: dict[str, Any] = {"config": alertmanager_config(settings)}
-    if settings.alert_webhook_secret:
-        alertmanager["alertmanagerSpec"] = {"secrets": [settings.alert_webhook_secret]}
+    alertmanager: dict[str, Any] = {"config": alerting.config(settings.alerting)}
+    if settings.alerting.secret:
+        alertmanager["alertmanagerSpec"] = {"secrets": [settings.alerting.secret]}
     return {
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": alertmanager,
+        "kube-state-metrics": accounting.kube_state_metrics_values(),
         "grafana": {
             "admin": {
                 "existingSecret": settings.grafana_admin_secret,
@@ -120,41 +131,6 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
                 }
             },
         },
-    }
-
-
-def alertmanager_config(settings: PrometheusStackSettings) -> dict[str, Any]:
-    """Route each alert to the receiver of its severity; the chart keeps its inhibit rules.
-
-    Those rules hold info alerts (GpuIdle after 2 hours) back while no warning or critical alert
-    fires in their namespace: they show in Alertmanager and Grafana without notifying anyone,
-    and the 6-hour GpuIdle warning replaces the info one.
-    """
-    receivers: list[dict[str, Any]] = [{"name": "null"}]
-    for severity in SEVERITIES:
-        receiver: dict[str, Any] = {"name": severity}
-        if settings.alert_webhook_secret:
-            # url_file keeps the URL (often carrying a token) out of values and state.
-            url_file = f"{_SECRETS_DIR}/{settings.alert_webhook_secret}/{severity}"
-            receiver["webhook_configs"] = [{"url_file": url_file, "send_resolved": True}]
-        receivers.append(receiver)
-    routes: list[dict[str, Any]] = [
-        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
-        *(
-            {"receiver": severity, "matchers": [f'severity = "{severity}"']}
-            for severity in SEVERITIES
-        ),
-    ]
-    return {
-        "route": {
-            "group_by": ["namespace", "alertname"],
-            "group_wait": "30s",
-            "group_interval": "5m",
-            "repeat_interval": "12h",
-            "receiver": "null",
-            "routes": routes,
-        },
-        "receivers": receivers,
     }
 
 
@@ -177,12 +153,26 @@ def dashboard() -> str:
 
 
 def objects(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
+    admission = (
+        accounting.admission_objects(settings.cost_labels_exempt_namespaces)
+        if settings.require_cost_labels
+        else []
+    )
     return [
+        *admission,
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PrometheusRule",
             "metadata": metadata("gpuinfra-gpu-alerts", settings.namespace, dict(MONITOR_LABELS)),
             "spec": alert_rules(),
+        },
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PrometheusRule",
+            "metadata": metadata(
+                "gpuinfra-gpu-accounting", settings.namespace, dict(MONITOR_LABELS)
+            ),
+            "spec": accounting.recording_rules(),
         },
         {
             "apiVersion": "v1",
@@ -210,12 +200,12 @@ def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender
             Prerequisite(
                 "Secret",
                 settings.namespace,
-                settings.alert_webhook_secret,
-                tuple(SEVERITIES),
-                "Alertmanager (its webhook URLs)",
+                settings.alerting.secret,
+                tuple(settings.alerting.secret_keys()),
+                "Alertmanager (its receivers' credentials)",
             )
         ]
-        if settings.alert_webhook_secret
+        if settings.alerting.secret
         else [],
     )
 

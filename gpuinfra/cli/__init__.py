@@ -169,9 +169,9 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.cli import addons, lab, review, schemas, workloads
+    from gpuinfra.cli import addons, lab, ops, review, schemas, workloads
 
-    for module in (lab, addons, review, schemas, workloads):
+    for module in (lab, addons, review, schemas, workloads, ops):
         module.register(app)
 
 

@@ -24,7 +24,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "stacks": frozenset({"components", "core"}),
     "review": frozenset({"stacks", "components", "core"}),
     "lab": frozenset({"core"}),
-    "cli": frozenset({"review", "lab", "core"}),
+    "ops": frozenset({"core"}),
+    "cli": frozenset({"review", "lab", "ops", "core"}),
     "policies": frozenset({"review", "core"}),
     "ansible": frozenset({"core"}),
 }
@@ -38,7 +39,7 @@ def wing(module: str) -> str:
     """The wing a module belongs to, by its dotted name."""
     parts = module.split(".")
     if parts[0] == "gpuinfra":
-        if len(parts) > 1 and parts[1] in {"review", "lab", "cli"}:
+        if len(parts) > 1 and parts[1] in {"review", "lab", "ops", "cli"}:
             return parts[1]
         # ``python -m gpuinfra`` is the CLI's entry point, kept at the top so the name is short.
         if len(parts) > 1 and parts[1] == "__main__":

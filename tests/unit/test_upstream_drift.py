@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ UPSTREAM_DIRS = {
     "nvidia-device-plugin": "k8s-device-plugin",
     "volcano": "volcano",
 }
+
+# Subcharts whose values gpuinfra sets, by parent chart; each is an upstream folder of its own.
+SUBCHARTS = {"kube-prometheus-stack": ("kube-state-metrics",)}
 
 needs_upstream = pytest.mark.skipif(
     not UPSTREAM.is_dir(), reason=f"no upstream copies at {UPSTREAM}: nothing to compare with"
@@ -53,6 +57,14 @@ def assert_same_files(written: list[Path], out: Path, fix: str) -> None:
 )
 def test_chart_data_matches_the_pinned_chart(tmp_path: Path, chart: str, version: str) -> None:
     folder = UPSTREAM / UPSTREAM_DIRS[chart]
+    subcharts = SUBCHARTS.get(chart, ())
+    if subcharts:
+        # The upstream copies keep subcharts beside the chart; its archive holds them in charts/.
+        assembled = tmp_path / "chart"
+        shutil.copytree(folder, assembled)
+        for sub in subcharts:
+            shutil.copytree(UPSTREAM / sub, assembled / "charts" / sub)
+        folder = assembled
     source = chartdata.read_chart(folder)
     if source.version.endswith("-devel"):
         # gpu-operator's source tree: its release sets the chart version when it publishes.
@@ -60,8 +72,9 @@ def test_chart_data_matches_the_pinned_chart(tmp_path: Path, chart: str, version
     assert source.version.removeprefix("v") == version.removeprefix("v"), (
         f"{folder} holds {chart} {source.version}, versions.yaml pins {version}"
     )
-    written = chartdata.write(chartdata.chart_files(source), tmp_path)
-    assert_same_files(written, tmp_path, f"gpuinfra schemas build {folder} --version {version}")
+    out = tmp_path / "data"
+    written = chartdata.write(chartdata.chart_files(source), out)
+    assert_same_files(written, out, f"gpuinfra schemas build {folder} --version {version}")
 
 
 @needs_upstream

@@ -71,7 +71,29 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "retentionSize": "90GB",
             "storageSize": "100Gi",
             "storageClass": "gp3",
-            "alertWebhookSecret": "alert-webhooks",
+            "alerting": {
+                "secret": "alerting",
+                "receivers": [
+                    {"name": "oncall", "type": "pagerduty"},
+                    {
+                        "name": "team-chat",
+                        "type": "wecom",
+                        "corpId": "ww0123456789abcdef",
+                        "agentId": "1000002",
+                        "toParty": "2",
+                    },
+                    {
+                        "name": "mail",
+                        "type": "email",
+                        "to": "gpu@example.com",
+                        "sender": "alertmanager@example.com",
+                        "smarthost": "smtp.example.com:587",
+                        "authUsername": "alertmanager",
+                        "authPasswordKey": "smtp-password",
+                    },
+                ],
+                "routes": {"critical": ["oncall", "team-chat"], "warning": ["team-chat"]},
+            },
         },
     },
     "time-slicing-single-mig": {

@@ -117,15 +117,3 @@ def test_the_dcgm_dashboard_is_provisioned_for_the_sidecar() -> None:
     (dashboard,) = [o for o in stack.objects if o["kind"] == "ConfigMap"]
     assert dashboard["metadata"]["labels"][sidecar["label"]] == sidecar["labelValue"]
     assert "DCGM_FI_DEV_GPU_UTIL" in dashboard["data"]["dcgm-exporter.json"]
-
-
-def test_alerts_are_routed_by_severity() -> None:
-    (stack,) = [r for r in scenario_renders("everything") if r.name == "prometheus_stack"]
-    config = stack.values["alertmanager"]["config"]
-    routes = {tuple(r["matchers"]): r["receiver"] for r in config["route"]["routes"]}
-    for severity in ("critical", "warning", "info"):
-        assert routes[(f'severity = "{severity}"',)] == severity
-    receivers = {r["name"]: r for r in config["receivers"]}
-    (hook,) = receivers["critical"]["webhook_configs"]
-    assert hook["url_file"] == "/etc/alertmanager/secrets/alert-webhooks/critical"
-    assert stack.values["alertmanager"]["alertmanagerSpec"]["secrets"] == ["alert-webhooks"]

@@ -86,6 +86,7 @@ def test_csi_drivers_installed_and_fsx_only_when_asked(run) -> None:
     assert addons(run(lambda: GpuCluster("c", cluster_args()))) == [
         "aws-ebs-csi-driver",
         "aws-mountpoint-s3-csi-driver",
+        "eks-node-monitoring-agent",
         "eks-pod-identity-agent",
     ]
     with_fsx = run(lambda: GpuCluster("c", cluster_args(fsx_csi_driver=True)))

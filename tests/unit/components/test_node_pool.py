@@ -115,6 +115,12 @@ def test_nodes_carry_the_gpu_taint_and_the_labels_kueue_selects(run) -> None:
     ]
 
 
+def test_eks_repairs_a_node_whose_gpu_fails(run) -> None:
+    result = run(lambda: GpuNodePool("gpuinfra-dev-l4", pool_args()))
+    node_group = result.named("gpuinfra-dev-l4-ng").inputs
+    assert node_group["nodeRepairConfig"] == {"enabled": True}
+
+
 def test_ami_release_is_pinned_when_given(run) -> None:
     result = run(lambda: GpuNodePool("p", pool_args(ami_release_version="1.34.2-20261110")))
     node_group = result.named("p-ng").inputs

@@ -1,0 +1,345 @@
+"""The morning check: one list of items, each ok, failed or skipped, from the live cluster.
+
+What is checked, and against what the stack or site declares:
+
+- GPU nodes: Ready, and allocatable ``nvidia.com/gpu`` equal to the GPUs declared for them
+  (a node pool's instance type, a site host's ``gpu_node_check_expected_gpu_count``; without a
+  declaration, GPU Feature Discovery's ``nvidia.com/gpu.count`` label);
+- Triton: its Deployment's replicas ready, and every declared model version loaded (Triton
+  exports per-version metrics for each loaded version);
+- Prometheus: DCGM exporter targets up (at least one), and no target failing its scrape;
+- Alertmanager: no critical or warning alert firing unsilenced;
+- the latest node check reports, as ``gpuinfra converge --report-json`` or the role writes them.
+
+Each source is read only when its option is given; an item that cannot be judged says why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
+from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
+from gpuinfra.addons.triton import NAME as TRITON_NAME
+from gpuinfra.addons.triton import TritonSettings
+from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.integrity import Nodes
+from gpuinfra.ops.http import base_url, get_json
+from gpuinfra.ops.prometheus import Prometheus
+
+Status = Literal["ok", "fail", "skip"]
+DCGM_JOB = DCGM_EXPORTER_JOB
+# GPU Feature Discovery's count of the node's physical GPUs.
+GFD_COUNT_LABEL = "nvidia.com/gpu.count"
+NOTIFYING = ("critical", "warning")
+# Alerts that fire by design: the dead man's switch and the chart's info-level helper.
+ALWAYS_FIRING = ("Watchdog", "InfoInhibitor")
+# A node check report older than this is not "the latest" any more.
+STALE_REPORT_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Item:
+    check: str
+    subject: str
+    status: Status
+    detail: str
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the stack or site declares: its GPU node kinds and Triton's settings."""
+
+    nodes: tuple[Nodes, ...] = ()
+    triton: TritonSettings | None = None
+    # A site names each GPU host (its node is named after it); a stack has pools.
+    by_host: bool = False
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------
+
+
+def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
+    """Nodes (and Triton's Deployment) from the API server the kubeconfig names."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    if not kubeconfig.is_file():
+        raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
+    try:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+    except (config.ConfigException, ValueError, KeyError) as exc:
+        raise UsageError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {exc}") from None
+    server = api.configuration.host
+    found: dict[str, Any] = {}
+    try:
+        core = client.CoreV1Api(api)
+        found["nodes"] = api.sanitize_for_serialization(core.list_node(_request_timeout=15))
+        if triton is not None and triton.enabled:
+            apps = client.AppsV1Api(api)
+            try:
+                deployment = apps.read_namespaced_deployment(
+                    TRITON_NAME, triton.namespace, _request_timeout=15
+                )
+                found["triton"] = api.sanitize_for_serialization(deployment)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                found["triton"] = None
+    except ApiException as exc:
+        raise ToolError(f"Kubernetes API at {server}: HTTP {exc.status}: {exc.reason}") from None
+    except (HTTPError, OSError) as exc:
+        raise ToolError(f"Kubernetes API at {server} does not answer: {exc}") from None
+    finally:
+        api.close()
+    return found
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _count(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _declared_gpus(node: Mapping[str, Any], declared: Declared) -> tuple[int | None, str]:
+    """The GPUs the node should offer, and where that number comes from."""
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    for kind in declared.nodes:
+        gpus = kind.allocatable.get(GPU_RESOURCE)
+        if gpus is None or gpus <= 0 or gpus == float("inf"):
+            continue
+        if declared.by_host:
+            if kind.name == f"host {meta.get('name')}":
+                return int(gpus), kind.name
+        elif kind.labels and all(labels.get(k) == v for k, v in kind.labels.items()):
+            return int(gpus), kind.name
+    gfd = _count(labels.get(GFD_COUNT_LABEL))
+    return gfd, f"label {GFD_COUNT_LABEL}" if gfd is not None else ""
+
+
+def _is_gpu_node(node: Mapping[str, Any], declared: Declared) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    status = node.get("status", {})
+    return (
+        GPU_RESOURCE in (status.get("capacity") or {})
+        or GPU_TYPE_LABEL in labels
+        or GFD_COUNT_LABEL in labels
+        or _declared_gpus(node, declared)[1].startswith(("node pool", "host"))
+    )
+
+
+def node_items(nodes_list: Mapping[str, Any], declared: Declared) -> list[Item]:
+    items: list[Item] = []
+    nodes = [n for n in nodes_list.get("items") or [] if _is_gpu_node(n, declared)]
+    names = {n.get("metadata", {}).get("name") for n in nodes}
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        have = _count((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)) or 0
+        want, source = _declared_gpus(node, declared)
+        problems = []
+        if not _ready(node):
+            problems.append("not Ready")
+        if node.get("spec", {}).get("unschedulable"):
+            problems.append("cordoned")
+        if want is not None and have != want:
+            problems.append(f"allocatable {GPU_RESOURCE} {have}, declared {want} ({source})")
+        detail = "; ".join(problems) or (
+            f"Ready, {have} GPUs allocatable" + (f" as declared ({source})" if want else "")
+        )
+        items.append(Item("gpu-node", name, "fail" if problems else "ok", detail))
+    if declared.by_host:
+        for kind in declared.nodes:
+            host = kind.name.removeprefix("host ")
+            if kind.name.startswith("host ") and host not in names:
+                items.append(Item("gpu-node", host, "fail", "declared GPU host has no node"))
+    if not items:
+        items.append(Item("gpu-node", "-", "fail", "no GPU node in the cluster"))
+    return items
+
+
+def triton_deployment_item(deployment: Mapping[str, Any] | None, settings: TritonSettings) -> Item:
+    subject = f"{settings.namespace}/{TRITON_NAME}"
+    if deployment is None:
+        return Item("triton", subject, "fail", "Deployment not found")
+    want = deployment.get("spec", {}).get("replicas", 1)
+    ready = deployment.get("status", {}).get("readyReplicas") or 0
+    status: Status = "ok" if ready >= want and want > 0 else "fail"
+    return Item("triton", subject, status, f"{ready} of {want} replicas ready")
+
+
+# --- Prometheus -----------------------------------------------------------------------------------
+
+
+def target_items(prometheus: Prometheus) -> list[Item]:
+    targets = prometheus.targets()
+    dcgm = [t for t in targets if t.job == DCGM_JOB]
+    items = [
+        Item(
+            "dcgm-exporter",
+            t.instance,
+            "ok" if t.health == "up" else "fail",
+            "up" if t.health == "up" else f"{t.health}: {t.last_error or 'not scraped yet'}",
+        )
+        for t in sorted(dcgm, key=lambda t: t.instance)
+    ]
+    if not dcgm:
+        items.append(Item("dcgm-exporter", "-", "fail", f"no target of job {DCGM_JOB}"))
+    failing = [t for t in targets if t.health != "up" and t.job != DCGM_JOB]
+    items += [
+        Item("scrape", f"{t.job} {t.instance}", "fail", t.last_error or t.health)
+        for t in sorted(failing, key=lambda t: (t.job, t.instance))
+    ]
+    if not failing:
+        items.append(Item("scrape", "-", "ok", f"all {len(targets)} targets up"))
+    return items
+
+
+def model_items(prometheus: Prometheus, settings: TritonSettings) -> list[Item]:
+    loaded: dict[str, set[str]] = {}
+    for sample in prometheus.query("count by (model, version) (nv_inference_request_success)"):
+        loaded.setdefault(sample.labels.get("model", ""), set()).add(
+            sample.labels.get("version", "")
+        )
+    items = []
+    for model in settings.models:
+        have = loaded.get(model.name, set())
+        policy = model.version_policy
+        if policy.policy == "specific":
+            want = {str(v) for v in policy.versions}
+            missing = sorted(want - have, key=int)
+            status: Status = "fail" if missing else "ok"
+            detail = (
+                f"version(s) {', '.join(missing)} not loaded"
+                + (f" (loaded: {', '.join(sorted(have))})" if have else "")
+                if missing
+                else f"version(s) {', '.join(sorted(want, key=int))} loaded"
+            )
+        else:
+            status = "ok" if have else "fail"
+            detail = f"loaded version(s) {', '.join(sorted(have))}" if have else "no version loaded"
+        items.append(Item("triton-model", model.name, status, detail))
+    return items
+
+
+# --- Alertmanager ---------------------------------------------------------------------------------
+
+
+def alert_items(alertmanager_url: str) -> list[Item]:
+    url = base_url("--alertmanager", alertmanager_url)
+    alerts = get_json(
+        f"{url}/api/v2/alerts",
+        {"active": "true", "silenced": "false", "inhibited": "false"},
+        what="Alertmanager",
+    )
+    items = []
+    for alert in alerts:
+        labels = alert.get("labels", {})
+        name = labels.get("alertname", "")
+        severity = labels.get("severity", "")
+        if name in ALWAYS_FIRING or severity not in NOTIFYING:
+            continue
+        where = labels.get("Hostname") or labels.get("instance") or labels.get("namespace", "")
+        summary = alert.get("annotations", {}).get("summary", "")
+        subject = f"{name} {where}".strip()
+        items.append(Item("alert", subject, "fail", f"{severity} since "
+                          f"{alert.get('startsAt', '?')[:19]}: {summary}".rstrip(": ")))  # fmt: skip
+    if not items:
+        items.append(Item("alert", "-", "ok", "no critical or warning alert firing"))
+    return items
+
+
+# --- node check reports ---------------------------------------------------------------------------
+
+
+def _reports(path: Path) -> dict[str, tuple[dict[str, Any], float]]:
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files or not files[0].exists():
+        raise UsageError(f"--node-checks {path}: no such file or no *.json in the directory")
+    found: dict[str, tuple[dict[str, Any], float]] = {}
+    for file in files:
+        try:
+            document = json.loads(file.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--node-checks {file}: not a JSON report ({exc})") from None
+        mtime = file.stat().st_mtime
+        if isinstance(document, dict) and isinstance(document.get("reports"), dict):
+            found.update({h: (r, mtime) for h, r in document["reports"].items()})
+        elif isinstance(document, dict) and "checks" in document:
+            found[str(document.get("host") or file.stem)] = (document, mtime)
+        else:
+            raise UsageError(
+                f"--node-checks {file}: neither a node check report nor converge's --report-json"
+            )
+    return found
+
+
+def node_check_items(path: Path, now: float | None = None) -> list[Item]:
+    items = []
+    moment = time.time() if now is None else now
+    for host, (report, mtime) in sorted(_reports(path).items()):
+        failed = [c for c in report.get("checks", []) if c.get("status") == "fail"]
+        age_h = (moment - mtime) / 3600
+        if failed:
+            names = ", ".join(f"{c['name']} ({c.get('detail', '')})" for c in failed)
+            items.append(Item("node-check", host, "fail", f"failed: {names}"))
+        elif report.get("gpu_present") is False:
+            items.append(Item("node-check", host, "skip", "no GPU present"))
+        elif moment - mtime > STALE_REPORT_S:
+            items.append(Item("node-check", host, "fail", f"report is {age_h:.0f} h old"))
+        else:
+            items.append(Item("node-check", host, "ok", f"all checks pass ({age_h:.1f} h ago)"))
+    return items
+
+
+# --- all of it ------------------------------------------------------------------------------------
+
+
+def run(
+    *,
+    declared: Declared,
+    kubeconfig: Path | None = None,
+    prometheus_url: str | None = None,
+    alertmanager_url: str | None = None,
+    node_checks: Path | None = None,
+) -> list[Item]:
+    """Every item the given sources allow; a source not given is one skipped item."""
+    items: list[Item] = []
+    triton = declared.triton if declared.triton and declared.triton.enabled else None
+    if kubeconfig is not None:
+        found = kubernetes_objects(kubeconfig, triton)
+        items += node_items(found["nodes"], declared)
+        if triton is not None:
+            items.append(triton_deployment_item(found.get("triton"), triton))
+    else:
+        items.append(Item("gpu-node", "-", "skip", "no --kubeconfig"))
+    if prometheus_url is not None:
+        prometheus = Prometheus(prometheus_url)
+        items += target_items(prometheus)
+        if triton is not None:
+            items += model_items(prometheus, triton)
+    else:
+        items.append(Item("scrape", "-", "skip", "no --prometheus"))
+    if alertmanager_url is not None:
+        items += alert_items(alertmanager_url)
+    else:
+        items.append(Item("alert", "-", "skip", "no --alertmanager"))
+    if node_checks is not None:
+        items += node_check_items(node_checks)
+    return items
+
+
+def failed(items: Iterable[Item]) -> list[Item]:
+    return [i for i in items if i.status == "fail"]

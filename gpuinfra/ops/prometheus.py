@@ -1,0 +1,77 @@
+"""A Prometheus server's HTTP API: instant queries and scrape targets."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.ops.http import base_url, get_json
+
+_DURATION = re.compile(r"^([0-9]+)(m|h|d|w)$")
+_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+_UNITS["w"] = timedelta(weeks=1)
+
+
+def parse_duration(option: str, text: str) -> timedelta:
+    """``24h``, ``7d``, ``90m``, ``2w``: a window a report covers."""
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise UsageError(f"{option} {text!r}: not a duration (allowed: e.g. 90m, 24h, 7d, 2w)")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def promql_duration(window: timedelta) -> str:
+    return f"{int(window.total_seconds())}s"
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Target:
+    job: str
+    instance: str
+    health: str
+    last_error: str
+    labels: dict[str, str]
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = base_url("--prometheus", url)
+
+    def _api(self, path: str, params: dict[str, str] | None = None) -> Any:
+        document = get_json(f"{self.url}/api/v1/{path}", params, what="Prometheus")
+        if not isinstance(document, dict) or document.get("status") != "success":
+            error = document.get("error") if isinstance(document, dict) else document
+            raise ToolError(f"Prometheus at {self.url}: {path}: {error}")
+        return document["data"]
+
+    def query(self, promql: str, at: datetime | None = None) -> list[Sample]:
+        """An instant query's vector."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at.timestamp():.3f}"
+        data = self._api("query", params)
+        if data.get("resultType") != "vector":
+            raise ToolError(f"Prometheus at {self.url}: {promql}: not a vector")
+        return [Sample(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+
+    def targets(self) -> list[Target]:
+        data = self._api("targets", {"state": "active"})
+        return [
+            Target(
+                job=t["labels"].get("job", ""),
+                instance=t["labels"].get("instance", ""),
+                health=t.get("health", "unknown"),
+                last_error=t.get("lastError", ""),
+                labels=dict(t.get("labels", {})),
+            )
+            for t in data.get("activeTargets", [])
+        ]

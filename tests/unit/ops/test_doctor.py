@@ -1,0 +1,282 @@
+"""``gpuinfra doctor`` against a real Prometheus and Alertmanager on loopback.
+
+Prometheus scrapes a small exporter standing in for the DCGM exporter and Triton, and a port
+where nothing listens (a failing scrape). Alertmanager holds alerts fired with amtool, one of
+them silenced. The Kubernetes API is a loopback server answering with the recorded responses in
+tests/fixtures/kubernetes/, read through the kubernetes client as on a cluster. An opt-in test
+runs the same command on the cluster ``KUBECONFIG`` points at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from tests import servers
+from tests.conftest import ROOT, run_cli
+
+FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
+H200_REPORT = ROOT / "tests" / "fixtures" / "h200-node-check.json"
+SITE = "inventory/example"
+
+EXPORTER = b"""# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="gpu-node-01"} 40
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="resnet50",version="1"} 120
+nv_inference_request_success{model="tokenizer",version="2"} 3
+"""
+
+
+def _json(path: Path) -> tuple[str, bytes]:
+    return "application/json", path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    pages = {
+        "/api/v1/nodes": _json(FIXTURES / "nodes.json"),
+        "/apis/apps/v1/namespaces/triton/deployments/triton": _json(
+            FIXTURES / "triton-deployment.json"
+        ),
+    }
+    with servers.static(pages) as url:
+        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {"token": "recorded"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            ),
+            "utf-8",
+        )
+        yield path
+
+
+def _wait_scraped(url: str, jobs: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=5) as response:
+            targets = json.load(response)["data"]["activeTargets"]
+        if len(targets) == jobs and all(t["health"] != "unknown" for t in targets):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"Prometheus at {url} did not scrape every target within 30 s")
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("doctor-prometheus")
+    with (
+        servers.static({"/metrics": ("text/plain; version=0.0.4", EXPORTER)}) as exporter,
+        socket.socket() as held,
+    ):
+        target = exporter.removeprefix("http://")
+        # Bound and never listening: a scrape there is refused, and no server takes the port.
+        held.bind(("127.0.0.1", servers.free_port()))
+        dead = f"127.0.0.1:{held.getsockname()[1]}"
+        (work / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+            "scrape_configs:\n"
+            f"  - {{job_name: nvidia-dcgm-exporter, static_configs: [{{targets: ['{target}']}}]}}\n"
+            f"  - {{job_name: triton, static_configs: [{{targets: ['{target}']}}]}}\n"
+            f"  - {{job_name: node-exporter, static_configs: [{{targets: ['{dead}']}}]}}\n",
+            "utf-8",
+        )
+        with servers.prometheus(work / "prometheus.yml", work / "data", work) as url:
+            _wait_scraped(url, 3)
+            # One more scrape interval, so that the series are queryable.
+            time.sleep(1.5)
+            yield url
+
+
+def _amtool(*args: str) -> None:
+    result = subprocess.run(
+        [servers.tool(servers.AMTOOL), *args], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def alertmanager_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("doctor-alertmanager")
+    (work / "alertmanager.yml").write_text(
+        "route: {receiver: 'null'}\nreceivers: [{name: 'null'}]\n", "utf-8"
+    )
+    with servers.alertmanager(work / "alertmanager.yml", work) as url:
+        am = f"--alertmanager.url={url}"
+        _amtool("alert", "add", am, "alertname=GpuXidError", "severity=warning",
+                "Hostname=gpu-node-02", "--annotation=summary=GPU 3 on gpu-node-02 reported XID 79")  # fmt: skip
+        _amtool("alert", "add", am, "alertname=GpuIdle", "severity=info", "Hostname=gpu-node-01")
+        _amtool("alert", "add", am, "alertname=Watchdog", "severity=none")
+        _amtool("alert", "add", am, "alertname=GpuTemperatureHigh", "severity=critical",
+                "Hostname=gpu-node-01")  # fmt: skip
+        _amtool("silence", "add", am, "alertname=GpuTemperatureHigh", "--comment=fan swap",
+                "--author=ops", "--duration=2h")  # fmt: skip
+        yield url
+
+
+@pytest.fixture
+def node_reports(tmp_path: Path) -> Path:
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    broken = json.loads(H200_REPORT.read_text("utf-8"))
+    for check in broken["checks"]:
+        if check["name"] == "ecc_errors":
+            check.update(status="fail", detail="2 volatile uncorrectable ECC errors on GPU 0")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "gpu-node-01.json").write_text(json.dumps({**report, "host": "gpu-node-01"}))
+    (folder / "gpu-node-02.json").write_text(json.dumps({**broken, "host": "gpu-node-02"}))
+    old = folder / "gpu-node-03.json"
+    old.write_text(json.dumps({**report, "host": "gpu-node-03"}))
+    two_days_ago = time.time() - 48 * 3600
+    os.utime(old, (two_days_ago, two_days_ago))
+    return folder
+
+
+def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("doctor", "--format", "json", *args)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def _by_subject(document: dict[str, Any], check: str) -> dict[str, tuple[str, str]]:
+    return {
+        i["subject"]: (i["status"], i["detail"]) for i in document["items"] if i["check"] == check
+    }
+
+
+def test_the_recorded_responses_are_valid_kubernetes_objects() -> None:
+    nodes = json.loads((FIXTURES / "nodes.json").read_text("utf-8"))
+    for node in nodes["items"]:
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Node", **node}, "1.34", True)
+    deployment = json.loads((FIXTURES / "triton-deployment.json").read_text("utf-8"))
+    kubernetes_validate.validate(deployment, "1.34", True)
+
+
+def test_the_morning_check_finds_each_problem(
+    kubeconfig: Path,
+    prometheus_url: str,
+    alertmanager_url: str,
+    node_reports: Path,
+) -> None:
+    code, document = _doctor(
+        "--site", SITE, "--kubeconfig", str(kubeconfig), "--prometheus", prometheus_url,
+        "--alertmanager", alertmanager_url, "--node-checks", str(node_reports),
+    )  # fmt: skip
+    assert code == 1
+    assert document["ok"] is False
+
+    nodes = _by_subject(document, "gpu-node")
+    assert nodes["gpu-node-01"][0] == "ok"
+    assert nodes["gpu-node-02"] == (
+        "fail",
+        "allocatable nvidia.com/gpu 7, declared 8 (host gpu-node-02)",
+    )
+    assert "control-1" not in nodes
+
+    assert _by_subject(document, "triton") == {"triton/triton": ("ok", "2 of 2 replicas ready")}
+    # The example site declares resnet50 with the latest version; one is loaded.
+    assert _by_subject(document, "triton-model") == {"resnet50": ("ok", "loaded version(s) 1")}
+
+    (dcgm,) = _by_subject(document, "dcgm-exporter").values()
+    assert dcgm == ("ok", "up")
+    scrape = _by_subject(document, "scrape")
+    ((subject, (status, detail)),) = scrape.items()
+    assert subject.startswith("node-exporter 127.0.0.1:")
+    assert status == "fail"
+    assert "connection refused" in detail
+
+    # The warning fires; info, the Watchdog and the silenced critical alert are not problems.
+    assert _by_subject(document, "alert") == {
+        "GpuXidError gpu-node-02": (
+            "fail",
+            _by_subject(document, "alert")["GpuXidError gpu-node-02"][1],
+        )
+    }
+    assert "XID 79" in _by_subject(document, "alert")["GpuXidError gpu-node-02"][1]
+
+    checks = _by_subject(document, "node-check")
+    assert checks["gpu-node-01"][0] == "ok"
+    assert checks["gpu-node-02"][0] == "fail"
+    assert "ecc_errors" in checks["gpu-node-02"][1]
+    assert checks["gpu-node-03"] == ("fail", "report is 48 h old")
+
+
+def test_a_declared_model_version_that_is_not_loaded_fails(
+    prometheus_url: str, tmp_path: Path
+) -> None:
+    from gpuinfra.addons.triton import TritonSettings
+    from gpuinfra.ops import doctor
+    from gpuinfra.ops.prometheus import Prometheus
+
+    settings = TritonSettings.model_validate(
+        {
+            "enabled": True,
+            "modelRepository": {"pvc": "models"},
+            "models": [
+                {"name": "tokenizer", "backend": "python",
+                 "versionPolicy": {"policy": "specific", "versions": [2, 3]}},
+                {"name": "llm", "backend": "python"},
+            ],
+        }
+    )  # fmt: skip
+    items = {i.subject: (i.status, i.detail) for i in doctor.model_items(
+        Prometheus(prometheus_url), settings)}  # fmt: skip
+    assert items == {
+        "tokenizer": ("fail", "version(s) 3 not loaded (loaded: 2)"),
+        "llm": ("fail", "no version loaded"),
+    }
+
+
+def test_all_ok_is_exit_0(node_reports: Path) -> None:
+    (node_reports / "gpu-node-02.json").unlink()
+    (node_reports / "gpu-node-03.json").unlink()
+    code, document = _doctor("--node-checks", str(node_reports))
+    assert code == 0
+    assert document["ok"] is True
+    assert {i["status"] for i in document["items"]} == {"ok", "skip"}
+
+
+def test_the_table_names_each_failed_item(kubeconfig: Path) -> None:
+    result = run_cli("doctor", "--site", SITE, "--kubeconfig", str(kubeconfig))
+    assert result.code == 1
+    assert "gpu-node-02" in result.stdout
+    assert "FAIL" in result.stdout
+    assert "1 of 5 items failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--kubeconfig", "/nonexistent/kubeconfig"], 2, "--kubeconfig /nonexistent/kubeconfig: no such file"),
+        (["--prometheus", "prometheus:9090"], 2, "--prometheus 'prometheus:9090': not an http(s) URL"),
+        (["--alertmanager", "http://127.0.0.1:1"], 3, "Alertmanager at http://127.0.0.1:1/api/v2/alerts does not answer"),
+    ],
+)  # fmt: skip
+def test_a_bad_source_is_one_line(args: list[str], code: int, message: str) -> None:
+    result = run_cli("doctor", *args)
+    assert result.code == code
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {message}")
+
+
+@pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="KUBECONFIG names no cluster")
+def test_live_cluster() -> None:
+    code, document = _doctor("--kubeconfig", os.environ["KUBECONFIG"])
+    assert code in (0, 1)
+    assert [i for i in document["items"] if i["check"] == "gpu-node"]
