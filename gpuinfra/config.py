@@ -68,6 +68,22 @@ def _cidr(value: str) -> str:
     return value
 
 
+def world_cidr(blocks: Any) -> str | None:
+    """``0.0.0.0/0`` or ``::/0`` when ``blocks`` together cover it (0.0.0.0/1 with
+    128.0.0.0/1 does), else None; what is not a CIDR block covers nothing."""
+    networks: dict[int, list[Any]] = {4: [], 6: []}
+    for block in blocks or ():
+        try:
+            net = ipaddress.ip_network(str(block).strip(), strict=False)
+        except ValueError:
+            continue
+        networks[net.version].append(net)
+    for version, world in ((4, "0.0.0.0/0"), (6, "::/0")):
+        if ipaddress.ip_network(world) in ipaddress.collapse_addresses(networks[version]):
+            return world
+    return None
+
+
 # Cost tags every taggable cloud resource carries (the policy pack refuses resources without).
 REQUIRED_TAGS = ("team", "project", "cost-center")
 
@@ -122,10 +138,12 @@ class ClusterConfig(CamelModel):
     def _cidrs(cls, value: list[str]) -> list[str]:
         for cidr in value:
             _cidr(cidr)
-            if ipaddress.ip_network(cidr).prefixlen == 0:
-                raise ValueError(
-                    f"'{cidr}' opens the API endpoint to the internet; list your CIDRs"
-                )
+        world = world_cidr(value)
+        if world is not None:
+            shown = ", ".join(f"'{c}'" for c in value)
+            raise ValueError(
+                f"{shown} open the API endpoint to the whole internet ({world}); list your CIDRs"
+            )
         return value
 
     @model_validator(mode="after")
@@ -186,12 +204,6 @@ class StorageConfig(CamelModel):
     ebs_volume_type: Literal["gp3", "io2"] = "gp3"
 
 
-class PolicyConfig(CamelModel):
-    max_nodes: int = Field(ge=0)
-    monthly_budget_usd: float = Field(gt=0)
-    allowed_instance_types: list[str] = Field(min_length=1)
-
-
 class StackConfig(Model):
     """The ``gpuinfra:*`` keys of a stack file, plus the AWS region."""
 
@@ -202,7 +214,6 @@ class StackConfig(Model):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     node_pools: list[NodePoolConfig] = Field(min_length=1)
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    policy: PolicyConfig
     addons: AddonsSettings = Field(default_factory=AddonsSettings)
 
     @model_validator(mode="after")
@@ -406,15 +417,6 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
     ]
     for i, pool in enumerate(cfg.node_pools):
         found += [(("node_pools", i, *path), m) for path, m in node_pool_findings(pool, cfg.region)]
-    for i, pool in enumerate(cfg.node_pools):
-        if pool.instance_type not in cfg.policy.allowed_instance_types:
-            found.append(
-                (
-                    ("node_pools", i, "instance_type"),
-                    f"{pool.instance_type} is not in policy.allowedInstanceTypes "
-                    f"({allowed(cfg.policy.allowed_instance_types)})",
-                )
-            )
     # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.
     gpu_types = sorted({catalog.instance_types()[p.instance_type].gpu_name for p in cfg.node_pools})
     for i, flavor in enumerate(cfg.addons.kueue.flavors):
@@ -425,10 +427,6 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"no node pool has {flavor.gpu_type} GPUs (pools have {allowed(gpu_types)})",
                 )
             )
-    for i, name in enumerate(cfg.policy.allowed_instance_types):
-        unknown_type = instance_type_problem(name)
-        if unknown_type:
-            found.append((("policy", "allowed_instance_types", i), unknown_type))
     return found
 
 
@@ -462,7 +460,6 @@ _STACK_KEYS = {
     "cluster": "cluster",
     "nodePools": "node_pools",
     "storage": "storage",
-    "policy": "policy",
     "addons": "addons",
 }
 
@@ -501,6 +498,15 @@ def parse_stack(document: Any, file: str) -> StackConfig:
             data["region"] = value
         elif namespace == NAMESPACE and name in _STACK_KEYS:
             data[_STACK_KEYS[name]] = value
+        elif namespace == NAMESPACE and name == "policy":
+            problems.append(
+                Problem(
+                    file,
+                    f"config.{key}",
+                    "the policy pack's limits live in policies/limits.yaml, not in the stack "
+                    "file they police",
+                )
+            )
         elif namespace == NAMESPACE:
             problems.append(
                 Problem(

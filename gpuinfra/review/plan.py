@@ -228,13 +228,14 @@ def stack_plan(
     }
     document.update(rendered)
     document["integrity"] = [w.document() for w in warnings]
-    document["policy"] = _policy(cfg, run)
+    document["policy"] = _policy(env, run, root)
     return document
 
 
-def _policy(cfg: config_mod.StackConfig, run: stackrun.StackRun) -> dict[str, Any]:
-    """The policy pack's verdicts: the same validator functions ``pulumi preview`` runs."""
-    verdicts = policy_mod.evaluate(run.resources, policy_mod.Limits.of(cfg))
+def _policy(env: str, run: stackrun.StackRun, root: Path) -> dict[str, Any]:
+    """The policy pack's verdicts: the same validator functions ``pulumi preview`` runs, with
+    the limits ``policies/limits.yaml`` gives the stack's environment."""
+    verdicts = policy_mod.evaluate(run.resources, policy_mod.Limits.for_stack(env, root))
     described = {**policy_mod.RESOURCE_RULES, **policy_mod.STACK_RULES}
     rules: list[dict[str, Any]] = [
         {
