@@ -23,7 +23,7 @@ from gpuinfra.addons import AddonRender
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
-from gpuinfra.review import ordering, stackrun
+from gpuinfra.review import ordering, secrets, stackrun
 from gpuinfra.review import policy as policy_mod
 from gpuinfra.review.documents import flatten
 
@@ -229,7 +229,8 @@ def stack_plan(
     document.update(rendered)
     document["integrity"] = [w.document() for w in warnings]
     document["policy"] = _policy(env, run, root)
-    return document
+    redacted: dict[str, Any] = secrets.redact(document)
+    return redacted
 
 
 def _policy(env: str, run: stackrun.StackRun, root: Path) -> dict[str, Any]:
@@ -299,7 +300,8 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     warnings = integrity.check_site(site, display_path(path), renders=renders)
     document.update(addons_sections(renders))
     document["integrity"] = [w.document() for w in warnings]
-    return document
+    redacted: dict[str, Any] = secrets.redact(document)
+    return redacted
 
 
 def _role_defaults(
