@@ -262,11 +262,10 @@ def _wildcard_principal(statement: Mapping[str, Any]) -> bool:
 
 
 class _Index:
-    """Resources by URN and by the literal ids and names other resources may give."""
+    """Which resource another one's input reads."""
 
     def __init__(self, resources: Sequence[Resource]) -> None:
         self.resources = resources
-        self.by_urn = {r.urn: r for r in resources if r.urn}
 
     def refers(self, resource: Resource, prop: str, target: Resource) -> bool:
         """Whether ``resource``'s input ``prop`` reads ``target``: through a property
@@ -361,7 +360,8 @@ def _rule_ingress(resource: Resource) -> _Ingress | None:
 def _world_reach(entries: Sequence[_Ingress]) -> Iterator[tuple[str, int, int, str, list[str]]]:
     """(protocol, first port, last port, world block, the blocks that cover it) for each
     protocol that some set of these entries opens to the whole internet, together."""
-    protocols = sorted({e.protocol for e in entries})
+    # All traffic first: once it alone reaches the internet, each protocol would say it again.
+    protocols = sorted({e.protocol for e in entries}, key=lambda p: (p != "all", p))
     for proto in protocols:
         relevant = [e for e in entries if e.protocol in (proto, "all")]
         bounds = sorted({e.low for e in relevant} | {e.high + 1 for e in relevant})
@@ -371,6 +371,8 @@ def _world_reach(entries: Sequence[_Ingress]) -> Iterator[tuple[str, int, int, s
             world = world_cidr(blocks)
             if world is not None:
                 yield proto, low, after - 1, world, blocks
+                if proto == "all":
+                    return
                 break
 
 
@@ -403,8 +405,9 @@ def no_world_ingress(resources: Sequence[Resource], limits: Limits) -> list[str]
         entry = _rule_ingress(resource)
         if entry is None:
             continue
-        targets = index.referred(resource, "securityGroupId", (SECURITY_GROUP,))
-        targets += index.referred(resource, "securityGroupId", (DEFAULT_SECURITY_GROUP,))
+        targets = index.referred(
+            resource, "securityGroupId", (SECURITY_GROUP, DEFAULT_SECURITY_GROUP)
+        )
         if not targets:
             key = resource.urn or resource.name
             owner[key] = resource
