@@ -26,7 +26,9 @@ NODE_POLICIES = (
     "AmazonEC2ContainerRegistryPullOnly",
     "AmazonEKS_CNI_Policy",
 )
-CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+# Every control-plane log type: the scheduler's and controller manager's explain pods that stay
+# Pending and nodes that leave, on a cluster where GPU capacity is the scarce thing.
+CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 
 
 @dataclass

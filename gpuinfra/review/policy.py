@@ -851,6 +851,25 @@ def eks_endpoint(resource: Resource, limits: Limits) -> list[str]:
     return found
 
 
+EKS_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+
+
+def eks_control_plane_logs(resource: Resource, limits: Limits) -> list[str]:
+    """An EKS cluster sends every control-plane log type to CloudWatch.
+
+    checkov CKV_AWS_37 (control plane logging enabled for all log types), tfsec
+    aws-eks-enable-control-plane-logging.
+    """
+    del limits
+    if resource.type_ != EKS_CLUSTER:
+        return []
+    enabled = set(_listed(resource.inputs.get("enabledClusterLogTypes")))
+    missing = [t for t in EKS_LOG_TYPES if t not in enabled]
+    if not missing:
+        return []
+    return [f"{_where(resource)}: enabledClusterLogTypes lacks {', '.join(missing)}"]
+
+
 def pinned_versions(resource: Resource, limits: Limits) -> list[str]:
     """Outside dev, node groups run a pinned GPU AMI release and charts a pinned version."""
     if limits.environment == "dev":
@@ -1077,6 +1096,10 @@ RESOURCE_RULES: dict[str, tuple[str, ResourceRule]] = {
     "eks-endpoint": (
         "EKS endpoint never open to the internet, private in prod (CKV_AWS_38, CKV_AWS_39)",
         eks_endpoint,
+    ),
+    "eks-control-plane-logs": (
+        "Every EKS control-plane log type on (CKV_AWS_37)",
+        eks_control_plane_logs,
     ),
     "pinned-versions": ("Pinned GPU AMI and chart versions outside dev", pinned_versions),
     "required-cost-tags": ("team, project and cost-center tags", required_cost_tags),

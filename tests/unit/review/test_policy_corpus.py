@@ -717,6 +717,12 @@ CASES = [
         "gpuinfra-prod-eks",
         edit("gpuinfra-prod-eks", lambda i: i["vpcConfig"].pop("endpointPublicAccess")),
     ),
+    Case(
+        "control-plane-logs-partial",
+        "eks-control-plane-logs",
+        "gpuinfra-prod-eks",
+        edit("gpuinfra-prod-eks", setting("enabledClusterLogTypes", ["api", "audit"])),
+    ),
     # Capacity wherever the instance type is set.
     Case("lt-only-type-64-p5-node-cap", "node-cap", "", p5_template_group(64)),
     Case("lt-only-type-64-p5-cost", "monthly-cost-ceiling", "", p5_template_group(64)),
