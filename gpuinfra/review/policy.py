@@ -793,11 +793,25 @@ def iam_no_admin_policies(resource: Resource, limits: Limits) -> list[str]:
     return found
 
 
+def _source_scoped(statement: Mapping[str, Any]) -> bool:
+    condition = statement.get("Condition") or {}
+    keys = {
+        str(k).lower()
+        for values in condition.values()
+        if isinstance(values, Mapping)
+        for k in values
+    }
+    return bool(keys & {"aws:sourcearn", "aws:sourceaccount"})
+
+
 def iam_trust_principals(resource: Resource, limits: Limits) -> list[str]:
     """A role's trust policy names who may assume it: no ``*`` principal and no whole account.
 
     checkov CKV_AWS_60 (only specific services or principals assume a role) and CKV_AWS_61 (no
-    assume-role permission for a whole account); tfsec aws-iam-no-policy-wildcards.
+    assume-role permission for a whole account); tfsec aws-iam-no-policy-wildcards. Beyond
+    checkov: a role EKS Pod Identity assumes (``pods.eks.amazonaws.com``) names the cluster or
+    account it serves (an ``aws:SourceArn`` or ``aws:SourceAccount`` condition), or any cluster
+    that can create a pod identity association could take it.
     """
     del limits
     if resource.type_ != IAM_ROLE:
@@ -808,6 +822,11 @@ def iam_trust_principals(resource: Resource, limits: Limits) -> list[str]:
             continue
         if _wildcard_principal(statement):
             found.append(f"{_where(resource)}: the trust policy lets any principal assume it")
+        if "pods.eks.amazonaws.com" in _principals(statement) and not _source_scoped(statement):
+            found.append(
+                f"{_where(resource)}: the Pod Identity trust names no aws:SourceArn or "
+                "aws:SourceAccount condition; scope it to the cluster"
+            )
         accounts = [p for p in _principals(statement) if _WHOLE_ACCOUNT.match(p.strip())]
         if accounts:
             found.append(

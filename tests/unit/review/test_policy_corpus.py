@@ -698,6 +698,23 @@ CASES = [
         "account",
         trusting("account", {"AWS": "arn:aws:iam::123456789012:root"}),
     ),
+    Case(
+        "pod-identity-trust-without-source",
+        "iam-trust-principals",
+        "gpuinfra-prod-s3-csi-role",
+        edit(
+            "gpuinfra-prod-s3-csi-role",
+            lambda i: i.update(
+                assumeRolePolicy=doc(
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "pods.eks.amazonaws.com"},
+                        "Action": ["sts:AssumeRole", "sts:TagSession"],
+                    }
+                )
+            ),
+        ),
+    ),
     # The EKS endpoint.
     Case(
         "prod-endpoint-public-two-halves",
