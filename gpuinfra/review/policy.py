@@ -174,10 +174,22 @@ def _limits_file(path: Path) -> LimitsFile:
 
 
 def pool_findings(stack: str, cfg: StackConfig, root: Path | None = None) -> list[Problem]:
-    """A stack file's node pools whose instance type its environment does not allow."""
+    """A stack file's node pools whose instance type its environment does not allow, and an
+    ``environment`` key that is not the environment the stack's name gives."""
     limits = Limits.for_stack(stack, root)
     shown = display_path(stack_path(stack, root))
-    return [
+    found = []
+    if cfg.environment != limits.environment:
+        found.append(
+            Problem(
+                shown,
+                "config.gpuinfra:environment",
+                f"'{cfg.environment}', but stack '{stack}' is a {limits.environment} stack by its "
+                f"name, and the policy pack holds it to {limits.environment}'s limits; set "
+                f"'{limits.environment}'",
+            )
+        )
+    return found + [
         Problem(
             shown,
             f"config.gpuinfra:nodePools[{i}].instanceType",

@@ -239,3 +239,21 @@ def test_config_check_refuses_a_pool_type_its_environment_does_not_allow(tmp_pat
         "is not allowed in staging by policies/limits.yaml (allowed: 'g6e.2xlarge' or "
         "'g6e.xlarge')"
     )
+
+
+def test_config_check_refuses_an_environment_other_than_the_stack_names(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("stacks", "policies"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    stack = root / "stacks" / "Pulumi.staging.yaml"
+    stack.write_text(stack.read_text().replace("environment: staging", "environment: dev"))
+    result = run_cli("config", "check", "--stack", "staging", root=root)
+    assert result.code == 2, result.stderr
+    assert result.stderr.strip() == (
+        "error: stacks/Pulumi.staging.yaml: config.gpuinfra:environment: 'dev', but stack "
+        "'staging' is a staging stack by its name, and the policy pack holds it to staging's "
+        "limits; set 'staging'"
+    )
