@@ -12,13 +12,14 @@ import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.validation import raise_findings, require_tags
-from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem
+from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem, world_cidr
 
 _MANAGED = "arn:aws:iam::aws:policy/"
 NODE_POLICIES = (
@@ -26,7 +27,9 @@ NODE_POLICIES = (
     "AmazonEC2ContainerRegistryPullOnly",
     "AmazonEKS_CNI_Policy",
 )
-CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
+# Every control-plane log type: the scheduler's and controller manager's explain pods that stay
+# Pending and nodes that leave, on a cluster where GPU capacity is the scarce thing.
+CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 
 
 @dataclass
@@ -171,7 +174,10 @@ class GpuCluster(pulumi.ComponentResource):
             opts=child,
         )
         ebs_role = self._pod_role(
-            f"{name}-ebs-csi", tags, managed=["service-role/AmazonEBSCSIDriverPolicy"]
+            f"{name}-ebs-csi",
+            tags,
+            cluster.arn,
+            managed=["service-role/AmazonEBSCSIDriverPolicy"],
         )
         ebs = aws.eks.Addon(
             f"{name}-ebs-csi",
@@ -186,7 +192,7 @@ class GpuCluster(pulumi.ComponentResource):
         read_models = pulumi.Output.all(args.model_bucket_arn, args.model_kms_key_arn).apply(
             lambda arns: _read_bucket_policy(arns[0], arns[1])
         )
-        s3_role = self._pod_role(f"{name}-s3-csi", tags, inline=read_models)
+        s3_role = self._pod_role(f"{name}-s3-csi", tags, cluster.arn, inline=read_models)
         aws.eks.Addon(
             f"{name}-s3-csi",
             cluster_name=cluster.name,
@@ -207,7 +213,9 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=after_agent,
             )
         if args.model_readers:
-            reader_role = self._pod_role(f"{name}-model-reader", tags, inline=read_models)
+            reader_role = self._pod_role(
+                f"{name}-model-reader", tags, cluster.arn, inline=read_models
+            )
             for ref in args.model_readers:
                 aws.eks.PodIdentityAssociation(
                     f"{name}-model-reader-{ref.namespace}-{ref.name}",
@@ -318,6 +326,7 @@ class GpuCluster(pulumi.ComponentResource):
         self,
         name: str,
         tags: dict[str, str],
+        cluster_arn: pulumi.Input[str],
         *,
         managed: list[str] | None = None,
         inline: pulumi.Input[str] | None = None,
@@ -325,7 +334,15 @@ class GpuCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(
             f"{name}-role",
-            assume_role_policy=_trust("pods.eks.amazonaws.com", tag_session=True),
+            # Only Pod Identity acting for this cluster: a trust in the service alone would let
+            # any cluster's agent, in any account, take the role (the confused deputy).
+            assume_role_policy=pulumi.Output.from_input(cluster_arn).apply(
+                lambda arn: _trust(
+                    "pods.eks.amazonaws.com",
+                    tag_session=True,
+                    condition={"ArnEquals": {"aws:SourceArn": arn}},
+                )
+            ),
             tags=tags,
             opts=child,
         )
@@ -357,6 +374,15 @@ def _findings(args: GpuClusterArgs) -> list[Finding]:
             found.append(
                 (("public_access_cidrs", i), f"'{cidr}' opens the endpoint to the internet")
             )
+    world = world_cidr(args.public_access_cidrs)
+    if world is not None and not any(str(c).endswith("/0") for c in args.public_access_cidrs):
+        found.append(
+            (
+                ("public_access_cidrs",),
+                f"{', '.join(args.public_access_cidrs)} together open the endpoint to the "
+                f"internet ({world})",
+            )
+        )
     system = system_type_problem(args.system_instance_type)
     if system:
         found.append((("system_instance_type",), system))
@@ -367,16 +393,18 @@ def _findings(args: GpuClusterArgs) -> list[Finding]:
     return found
 
 
-def _trust(service: str, *, tag_session: bool = False) -> str:
+def _trust(
+    service: str, *, tag_session: bool = False, condition: dict[str, Any] | None = None
+) -> str:
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
-            ],
-        }
-    )
+    statement: dict[str, Any] = {
+        "Effect": "Allow",
+        "Principal": {"Service": service},
+        "Action": actions,
+    }
+    if condition:
+        statement["Condition"] = condition
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
 def _read_bucket_policy(bucket_arn: str, key_arn: str) -> str:

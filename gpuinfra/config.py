@@ -85,6 +85,22 @@ def _cidr(value: str) -> str:
     return value
 
 
+def world_cidr(blocks: Any) -> str | None:
+    """``0.0.0.0/0`` or ``::/0`` when ``blocks`` together cover it (0.0.0.0/1 with
+    128.0.0.0/1 does), else None; what is not a CIDR block covers nothing."""
+    networks: dict[int, list[Any]] = {4: [], 6: []}
+    for block in blocks or ():
+        try:
+            net = ipaddress.ip_network(str(block).strip(), strict=False)
+        except ValueError:
+            continue
+        networks[net.version].append(net)
+    for version, world in ((4, "0.0.0.0/0"), (6, "::/0")):
+        if ipaddress.ip_network(world) in ipaddress.collapse_addresses(networks[version]):
+            return world
+    return None
+
+
 # Cost tags every taggable cloud resource carries (the policy pack refuses resources without).
 REQUIRED_TAGS = ("team", "project", "cost-center")
 
@@ -139,10 +155,12 @@ class ClusterConfig(CamelModel):
     def _cidrs(cls, value: list[str]) -> list[str]:
         for cidr in value:
             _cidr(cidr)
-            if ipaddress.ip_network(cidr).prefixlen == 0:
-                raise ValueError(
-                    f"'{cidr}' opens the API endpoint to the internet; list your CIDRs"
-                )
+        world = world_cidr(value)
+        if world is not None:
+            shown = ", ".join(f"'{c}'" for c in value)
+            raise ValueError(
+                f"{shown} open the API endpoint to the whole internet ({world}); list your CIDRs"
+            )
         return value
 
     @model_validator(mode="after")
@@ -203,12 +221,6 @@ class StorageConfig(CamelModel):
     ebs_volume_type: Literal["gp3", "io2"] = "gp3"
 
 
-class PolicyConfig(CamelModel):
-    max_nodes: int = Field(ge=0, le=MAX_NODES_PER_GROUP * MAX_NODE_GROUPS)
-    monthly_budget_usd: float = Field(gt=0)
-    allowed_instance_types: list[str] = Field(min_length=1)
-
-
 class StackConfig(Model):
     """The ``gpuinfra:*`` keys of a stack file, plus the AWS region."""
 
@@ -219,7 +231,6 @@ class StackConfig(Model):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     node_pools: list[NodePoolConfig] = Field(min_length=1, max_length=MAX_NODE_GROUPS)
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    policy: PolicyConfig
     addons: AddonsSettings = Field(default_factory=AddonsSettings)
 
     @model_validator(mode="after")
@@ -437,15 +448,6 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
     ]
     for i, pool in enumerate(cfg.node_pools):
         found += [(("node_pools", i, *path), m) for path, m in node_pool_findings(pool, cfg.region)]
-    for i, pool in enumerate(cfg.node_pools):
-        if pool.instance_type not in cfg.policy.allowed_instance_types:
-            found.append(
-                (
-                    ("node_pools", i, "instance_type"),
-                    f"{pool.instance_type} is not in policy.allowedInstanceTypes "
-                    f"({allowed(cfg.policy.allowed_instance_types)})",
-                )
-            )
     # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.
     gpu_types = sorted({catalog.instance_types()[p.instance_type].gpu_name for p in cfg.node_pools})
     for i, flavor in enumerate(cfg.addons.kueue.flavors):
@@ -456,19 +458,6 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"no node pool has {flavor.gpu_type} GPUs (pools have {allowed(gpu_types)})",
                 )
             )
-    for i, pool in enumerate(cfg.node_pools):
-        if pool.max_size > cfg.policy.max_nodes:
-            found.append(
-                (
-                    ("node_pools", i, "max_size"),
-                    f"maxSize {pool.max_size} is over policy.maxNodes {cfg.policy.max_nodes} "
-                    f"(allowed: 0 to {cfg.policy.max_nodes})",
-                )
-            )
-    for i, name in enumerate(cfg.policy.allowed_instance_types):
-        unknown_type = instance_type_problem(name)
-        if unknown_type:
-            found.append((("policy", "allowed_instance_types", i), unknown_type))
     return found
 
 
@@ -502,7 +491,6 @@ _STACK_KEYS = {
     "cluster": "cluster",
     "nodePools": "node_pools",
     "storage": "storage",
-    "policy": "policy",
     "addons": "addons",
 }
 
@@ -584,6 +572,15 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
             data["region"] = value
         elif namespace == NAMESPACE and name in _STACK_KEYS:
             data[_STACK_KEYS[name]] = value
+        elif namespace == NAMESPACE and name == "policy":
+            problems.append(
+                Problem(
+                    file,
+                    f"config.{key}",
+                    "the policy pack's limits live in policies/limits.yaml, not in the stack "
+                    "file they police",
+                )
+            )
         elif namespace == NAMESPACE:
             hint = did_you_mean(name, _STACK_KEYS)
             problems.append(

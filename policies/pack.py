@@ -1,7 +1,9 @@
 """The rules of ``gpuinfra.review.policy`` wired into pulumi-policy's policy types.
 
-The limits of each environment (allowed instance types, node cap, monthly budget) come from the
-stack's own file, ``stacks/Pulumi.<stack>.yaml`` (``gpuinfra:policy``), read by the core.
+The limits of each environment (allowed instance types, node cap, monthly budget) come from
+``policies/limits.yaml``, for the environment the stack's name gives: not from the stack file the
+pack polices. Stack policies see each resource's property dependencies, through which a companion
+resource is matched to the resource it protects.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from gpuinfra.config import load_stack
 from gpuinfra.review.policy import RESOURCE_RULES, STACK_RULES, Limits, ResourceRule, StackRule
 from gpuinfra.review.stackrun import Resource
 
 
 @cache
 def limits(stack: str) -> Limits:
-    return Limits.of(load_stack(stack))
+    return Limits.for_stack(stack)
 
 
 def stack_of(urn: str) -> str:
@@ -36,7 +37,7 @@ def stack_of(urn: str) -> str:
 
 def resource_check(rule: ResourceRule) -> Callable[[ResourceValidationArgs, ReportViolation], None]:
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-        resource = Resource(args.resource_type, args.name, dict(args.props), None)
+        resource = Resource(args.resource_type, args.name, dict(args.props), None, urn=args.urn)
         for message in rule(resource, limits(stack_of(args.urn))):
             report(message, args.urn)
 
@@ -48,7 +49,17 @@ def stack_check(rule: StackRule) -> Callable[[StackValidationArgs, ReportViolati
         if not args.resources:
             return
         resources = [
-            Resource(r.resource_type, r.name, dict(r.props), r.parent.name if r.parent else None)
+            Resource(
+                r.resource_type,
+                r.name,
+                dict(r.props),
+                r.parent.name if r.parent else None,
+                urn=r.urn,
+                property_dependencies={
+                    key: tuple(d.urn for d in deps)
+                    for key, deps in (r.property_dependencies or {}).items()
+                },
+            )
             for r in args.resources
         ]
         for message in rule(resources, limits(stack_of(args.resources[0].urn))):

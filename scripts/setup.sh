@@ -79,6 +79,20 @@ if [ ! -e .venv/.bytecode-compiled ] || ! .venv/bin/uv sync --frozen --check --q
   .venv/bin/uv sync --frozen --quiet --compile-bytecode
   touch .venv/.bytecode-compiled
 fi
+# checkov, the scanner the tests run over the Kubernetes objects of every stack and site, lives in
+# an environment of its own (its pins conflict with the project's), installed from its hashed
+# lock; the stamp holds the lock's checksum, so a changed lock reinstalls it.
+CHECKOV_LOCK=scripts/checkov/requirements.txt
+CHECKOV_ENV=.tools/checkov
+checkov_sum=$(sha256sum "$CHECKOV_LOCK" | cut -d' ' -f1)
+if [ "$(cat "$CHECKOV_ENV/.lock-sha256" 2>/dev/null)" != "$checkov_sum" ]; then
+  echo "setup: installing checkov into $CHECKOV_ENV"
+  rm -rf "$CHECKOV_ENV"
+  .venv/bin/uv venv --quiet --python "$(command -v python3)" "$CHECKOV_ENV"
+  VIRTUAL_ENV="$CHECKOV_ENV" .venv/bin/uv pip install --quiet --require-hashes --compile-bytecode \
+    -r "$CHECKOV_LOCK"
+  echo "$checkov_sum" > "$CHECKOV_ENV/.lock-sha256"
+fi
 # The project's own modules are installed editable, so uv compiles none of them. A .pyc whose
 # source has changed since is ignored by Python (it compares mtime and size), so this is safe
 # while they are being edited; it only compiles what changed since the last run.

@@ -155,7 +155,12 @@ def config_check(
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
+        from gpuinfra.review import policy
+
         cfg = config.load_stack(stack)
+        refused = policy.pool_findings(stack, cfg)
+        if refused:
+            raise ConfigError(refused)
         warnings = integrity.check_stack(cfg, display_path(config.stack_path(stack)))
         for warning in warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")

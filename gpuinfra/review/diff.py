@@ -25,6 +25,7 @@ from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
 from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError
 from gpuinfra.paths import repo_root
+from gpuinfra.review import secrets
 from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
 
@@ -446,10 +447,12 @@ def plan_in(root: Path, target: Target) -> PlanResult:
             for line in proc.stderr.splitlines()
             if line.strip() and not line.startswith("Traceback")
         ]
+        lines = [secrets.redact_text(line) for line in lines[-20:]]
         return PlanResult(
-            None, tuple(lines[-20:]) or (f"plan exited {proc.returncode}",), proc.returncode
+            None, tuple(lines) or (f"plan exited {proc.returncode}",), proc.returncode
         )
-    document: dict[str, Any] = json.loads(proc.stdout)
+    # The base revision's code may predate redaction: its plan is redacted here again.
+    document: dict[str, Any] = secrets.redact(json.loads(proc.stdout))
     return PlanResult(document)
 
 

@@ -23,7 +23,7 @@ from gpuinfra.addons import AddonRender
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
-from gpuinfra.review import ordering, stackrun
+from gpuinfra.review import ordering, secrets, stackrun
 from gpuinfra.review import policy as policy_mod
 from gpuinfra.review.documents import flatten
 
@@ -228,13 +228,15 @@ def stack_plan(
     }
     document.update(rendered)
     document["integrity"] = [w.document() for w in warnings]
-    document["policy"] = _policy(cfg, run)
-    return document
+    document["policy"] = _policy(env, run, root)
+    redacted: dict[str, Any] = secrets.redact(document)
+    return redacted
 
 
-def _policy(cfg: config_mod.StackConfig, run: stackrun.StackRun) -> dict[str, Any]:
-    """The policy pack's verdicts: the same validator functions ``pulumi preview`` runs."""
-    verdicts = policy_mod.evaluate(run.resources, policy_mod.Limits.of(cfg))
+def _policy(env: str, run: stackrun.StackRun, root: Path) -> dict[str, Any]:
+    """The policy pack's verdicts: the same validator functions ``pulumi preview`` runs, with
+    the limits ``policies/limits.yaml`` gives the stack's environment."""
+    verdicts = policy_mod.evaluate(run.resources, policy_mod.Limits.for_stack(env, root))
     described = {**policy_mod.RESOURCE_RULES, **policy_mod.STACK_RULES}
     rules: list[dict[str, Any]] = [
         {
@@ -297,7 +299,8 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     }
     document.update(addons_sections(checked.renders))
     document["integrity"] = [w.document() for w in checked.warnings]
-    return document
+    redacted: dict[str, Any] = secrets.redact(document)
+    return redacted
 
 
 def _role_defaults(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import runpy
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,10 @@ class Resource:
     custom: bool = True
     # Logical names of the resources it waits for (depends_on and inputs read from others).
     dependencies: tuple[str, ...] = ()
+    # Per input property, the URNs of the resources whose outputs it reads: how a companion
+    # (a bucket's public access block, a node group's launch template) names what it belongs
+    # to while that resource's id is still unknown.
+    property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,11 @@ class _RecordingMonitor(mocks.MockMonitor):
                         dependencies=tuple(
                             sorted({urn.rsplit("::", 1)[-1] for urn in request.dependencies})
                         ),
+                        property_dependencies={
+                            key: tuple(sorted(deps.urns))
+                            for key, deps in sorted(request.propertyDependencies.items())
+                            if deps.urns
+                        },
                     )
                 )
         return response

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pulumi_policy import (
     PolicyCustomTimeouts,
     PolicyResource,
@@ -39,46 +41,75 @@ def test_every_rule_is_a_mandatory_policy() -> None:
     assert None not in levels
 
 
-def test_resource_policy_reports_against_the_stack_files_limits() -> None:
-    reports: list[tuple[str, str | None]] = []
-    check = pack.resource_check(policy.allowed_instance_types)
-    args = ResourceValidationArgs(
-        resource_type=policy.NODE_GROUP,
-        props=node_group("p5.48xlarge", 1),
-        urn=URN,
-        name="gpu",
-        opts=OPTS,
-        provider=None,
-    )
-
+def report_into(reports: list[tuple[str, str | None]]) -> Callable[[str, str | None], None]:
     def report(message: str, urn: str | None = None) -> None:
         reports.append((message, urn))
 
-    check(args, report)
+    return report
+
+
+def test_resource_policy_reports_against_the_environments_limits() -> None:
+    reports: list[tuple[str, str | None]] = []
+    check = pack.resource_check(policy.eks_endpoint)
+    args = ResourceValidationArgs(
+        resource_type=policy.EKS_CLUSTER,
+        props={"vpcConfig": {"endpointPublicAccess": True, "publicAccessCidrs": ["10.0.0.0/8"]}},
+        urn="urn:pulumi:prod-eu::gpuinfra::aws:eks/cluster:Cluster::eks",
+        name="eks",
+        opts=OPTS,
+        provider=None,
+    )
+    check(args, report_into(reports))
     (message, urn), *more = reports
-    assert not more and urn == URN
-    assert "p5.48xlarge not allowed in dev (allowed: g6.xlarge, g6.2xlarge)" in message
+    assert not more and urn == args.urn
+    assert message.endswith(
+        "prod keeps the API endpoint private (vpcConfig.endpointPublicAccess: false)"
+    )
+
+
+def resource(
+    type_: str, name: str, props: dict[str, object], **deps: list[PolicyResource]
+) -> PolicyResource:
+    return PolicyResource(
+        resource_type=type_,
+        props=props,
+        urn=f"urn:pulumi:dev::gpuinfra::{type_}::{name}",
+        name=name,
+        opts=OPTS,
+        provider=None,
+        parent=None,
+        dependencies=[d for ds in deps.values() for d in ds],
+        property_dependencies=deps,
+    )
 
 
 def test_stack_policy_adds_up_the_node_groups() -> None:
     resources = [
-        PolicyResource(
-            resource_type=policy.NODE_GROUP,
-            props=node_group("g6.xlarge", 3),
-            urn=f"{URN}{i}",
-            name=f"gpu{i}",
-            opts=OPTS,
-            provider=None,
-            parent=None,
-            dependencies=[],
-            property_dependencies={},
-        )
-        for i in range(2)
+        resource(policy.NODE_GROUP, f"gpu{i}", node_group("g6.xlarge", 3)) for i in range(2)
     ]
-    reports: list[str] = []
+    reports: list[tuple[str, str | None]] = []
+    pack.stack_check(policy.node_cap)(
+        StackValidationArgs(resources=resources), report_into(reports)
+    )
+    assert reports == [("GPU node groups may grow to 6 nodes; dev allows 4", None)]
 
-    def report(message: str, urn: str | None = None) -> None:
-        reports.append(message)
 
-    pack.stack_check(policy.node_cap)(StackValidationArgs(resources=resources), report)
-    assert reports == ["GPU node groups may grow to 6 nodes; dev allows 4"]
+def test_stack_policy_follows_the_engines_property_dependencies() -> None:
+    """A node group's type set only on its launch template, read through the dependency the
+    engine reports (the template's id is unknown during a preview)."""
+    template = resource(policy.LAUNCH_TEMPLATE, "lt", {"instanceType": "p5.48xlarge"})
+    group = resource(
+        policy.NODE_GROUP,
+        "gpu",
+        {"launchTemplate": {"id": "<computed>"}, "scalingConfig": {"maxSize": 64}},
+        launchTemplate=[template],
+    )
+    reports: list[tuple[str, str | None]] = []
+    args = StackValidationArgs(resources=[template, group])
+    pack.stack_check(policy.node_cap)(args, report_into(reports))
+    pack.stack_check(policy.allowed_instance_types)(args, report_into(reports))
+    assert [m for m, _ in reports] == [
+        "GPU node groups may grow to 64 nodes; dev allows 4",
+        "NodeGroup 'gpu': p5.48xlarge not allowed in dev (allowed: g6.xlarge, g6.2xlarge)",
+        "LaunchTemplate 'lt': p5.48xlarge not allowed in dev (allowed: g6.xlarge, g6.2xlarge)",
+    ]

@@ -41,7 +41,7 @@ def count(run: StackRun, type_: str) -> int:
 
 @pytest.mark.parametrize("env", ["dev", "staging", "prod"])
 def test_policy_pack_passes_on_every_resource(runs: dict[str, StackRun], env: str) -> None:
-    verdicts = evaluate(runs[env].resources, Limits.of(load_stack(env)))
+    verdicts = evaluate(runs[env].resources, Limits.for_stack(env))
     assert {rule: v for rule, v in verdicts.items() if v} == {}
 
 
@@ -214,6 +214,23 @@ BAD_STACKS = {
         [
             "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.flavors[0].gpuType: no node "
             "pool has h100 GPUs (pools have 'l4')"
+        ],
+    ),
+    "API endpoint open to the internet in two halves": (
+        "publicAccessCidrs: [203.0.113.0/24]",
+        "publicAccessCidrs: [0.0.0.0/1, 128.0.0.0/1]",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:cluster.publicAccessCidrs: '0.0.0.0/1', "
+            "'128.0.0.0/1' open the API endpoint to the whole internet (0.0.0.0/0); list your "
+            "CIDRs"
+        ],
+    ),
+    "policy limits in the stack file": (
+        "  gpuinfra:addons:\n",
+        "  gpuinfra:policy: {maxNodes: 100}\n  gpuinfra:addons:\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:policy: the policy pack's limits live in "
+            "policies/limits.yaml, not in the stack file they police"
         ],
     ),
     "overlapping CIDRs": (

@@ -139,12 +139,14 @@ def stack_with(extra: str) -> str:
 
 
 DEV_TEXT = (ROOT / DEV).read_text(encoding="utf-8")
+# The policy pack's limits per environment: a file users edit too.
+LIMITS = "policies/limits.yaml"
 P4DE_IN_CANADA = both(
     sub(DEV, "aws:region: us-east-1", "aws:region: ca-central-1"),
     sub(DEV, "[us-east-1a, us-east-1b]", "[ca-central-1a, ca-central-1b]"),
     sub(DEV, "instanceType: g6.xlarge", "instanceType: p4de.24xlarge"),
     sub(
-        DEV,
+        LIMITS,
         "allowedInstanceTypes: [g6.xlarge, g6.2xlarge]",
         "allowedInstanceTypes: [p4de.24xlarge]",
     ),
@@ -421,16 +423,24 @@ CASES: list[Case] = [
         "greater than maxSize 2",
     ),
     stack(
-        "stack-policy-max-nodes-huge",
-        sub(DEV, "maxNodes: 4", "maxNodes: 1000000"),
-        "policy.maxNodes",
+        "limits-max-nodes-huge",
+        sub(LIMITS, "maxNodes: 4", "maxNodes: 1000000"),
+        "environments.dev.maxNodes",
         "less than or equal to 13500",
+        file=LIMITS,
     ),
     stack(
-        "stack-budget-zero",
-        sub(DEV, "monthlyBudgetUsd: 1500", "monthlyBudgetUsd: 0"),
-        "policy.monthlyBudgetUsd",
+        "limits-budget-zero",
+        sub(LIMITS, "monthlyBudgetUsd: 1500", "monthlyBudgetUsd: 0"),
+        "environments.dev.monthlyBudgetUsd",
         "greater than 0",
+        file=LIMITS,
+    ),
+    stack(
+        "stack-carries-policy",
+        put(DEV, stack_with("  gpuinfra:policy:\n    maxNodes: 4\n")),
+        "config.gpuinfra:policy",
+        "policies/limits.yaml",
     ),
     stack(
         "stack-root-volume-small",
@@ -445,10 +455,11 @@ CASES: list[Case] = [
         "did you mean 'g6.xlarge'",
     ),
     stack(
-        "stack-policy-type-typo",
-        sub(DEV, "[g6.xlarge, g6.2xlarge]", "[g6.xlarge, g6.2xlarg]"),
-        "policy.allowedInstanceTypes[1]",
+        "limits-type-typo",
+        sub(LIMITS, "[g6.xlarge, g6.2xlarge]", "[g6.xlarge, g6.2xlarg]"),
+        "environments.dev.allowedInstanceTypes[1]",
         "did you mean 'g6.2xlarge'",
+        file=LIMITS,
     ),
     stack(
         "stack-type-not-in-region",
@@ -605,7 +616,7 @@ CASES: list[Case] = [
     ),
     stack(
         "plan-policy-fails",
-        sub(PROD, "monthlyBudgetUsd: ", "monthlyBudgetUsd: 1 #"),
+        sub(LIMITS, "monthlyBudgetUsd: 100000", "monthlyBudgetUsd: 1"),
         "monthly-cost-ceiling",
         "prod allows $1",
         code=1,
@@ -1089,6 +1100,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / SITE, root / SITE)
+    (root / "policies").mkdir()
+    shutil.copy(ROOT / LIMITS, root / LIMITS)
     for name in ("roles", "playbooks", "components"):
         (root / name).symlink_to(ROOT / name)
     return root
@@ -1221,7 +1234,7 @@ def test_cost_says_when_a_region_has_no_price(
             "instanceType: g5.xlarge\n      capacityType: on-demand",
         ),
         sub(
-            DEV,
+            LIMITS,
             "allowedInstanceTypes: [g6.xlarge, g6.2xlarge]",
             "allowedInstanceTypes: [g5.xlarge]",
         ),

@@ -68,6 +68,10 @@ def test_model_readers_get_read_only_bucket_access_through_pod_identity(run) -> 
     assert actions == ["kms:Decrypt", "s3:GetObject", "s3:ListBucket"]
     trust = json.loads(result.named("c-model-reader-role").inputs["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    # Only this cluster's Pod Identity may assume it (the mock runtime's ARN for 'c-eks').
+    assert trust["Statement"][0]["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:c-eks"}
+    }
 
 
 def test_default_storage_class_is_encrypted_gp3(run) -> None:
@@ -103,6 +107,20 @@ def test_an_endpoint_open_to_the_internet_is_refused(run) -> None:
     assert [str(p) for p in program.errors[0].problems] == [
         "GpuCluster 'c': args.public_access_cidrs[0]: '0.0.0.0/0' opens the endpoint to the "
         "internet"
+    ]
+
+
+def test_an_endpoint_open_to_the_internet_in_two_halves_is_refused(run) -> None:
+    halves = ["0.0.0.0/1", "128.0.0.0/1"]
+    program = refused(
+        lambda: GpuCluster(
+            "c", cluster_args(endpoint_public_access=True, public_access_cidrs=halves)
+        )
+    )
+    assert run(program).resources == []
+    assert [str(p) for p in program.errors[0].problems] == [
+        "GpuCluster 'c': args.public_access_cidrs: 0.0.0.0/1, 128.0.0.0/1 together open the "
+        "endpoint to the internet (0.0.0.0/0)"
     ]
 
 

@@ -37,11 +37,6 @@ def stack(**overrides: Any) -> StackConfig:
             },
         ],
         "gpuinfra:storage": {"fsx": {"enabled": True, "storageCapacityGib": 2400}},
-        "gpuinfra:policy": {
-            "maxNodes": 10,
-            "monthlyBudgetUsd": 100000,
-            "allowedInstanceTypes": ["g6e.xlarge", "g6.xlarge"],
-        },
     }
     config.update(overrides)
     return parse_stack({"config": config}, "stacks/Pulumi.staging.yaml")

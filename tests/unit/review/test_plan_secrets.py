@@ -1,0 +1,192 @@
+"""Secrets planted in a stack, a site and the pins appear in no plan or diff, in any format.
+
+The plants: credentials in URL userinfo (a chart repository in versions.yaml, a site's
+package mirror), values under names that say password, token, secret or key (resource inputs
+the stack program registers, Helm values), a Kubernetes Secret's data, and Pulumi secrets (an
+``Output.secret`` input and export; the Grafana password pulumi-random generates, which the
+mock runtime fills in as ``<name>-password``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.review import secrets
+from tests.conftest import run_cli
+
+PLANTED = {
+    "url-userinfo-chart": "PlantedChartPw",
+    "url-userinfo-mirror": "PlantedMirrorPw",
+    "password-name": "PlantedDbPassword",
+    "token-name": "PlantedApiToken",
+    "secret-name": "PlantedClientSecret",
+    "key-name": "PlantedAccessKey",
+    "helm-value": "PlantedGrafanaPw",
+    "kubernetes-secret": "PlantedSecretData",
+    "pulumi-secret-input": "PlantedPulumiInput",
+    "pulumi-secret-export": "PlantedPulumiExport",
+    "random-password": "gpuinfra-prod-grafana-admin-password",
+}
+
+PROGRAM = f'''
+
+_original_main = main
+
+
+def main(cfg, pins, renders=None):  # noqa: F811
+    import pulumi_kubernetes as k8s
+
+    _original_main(cfg, pins, renders)
+    k8s.core.v1.ConfigMap(
+        "planted",
+        metadata={{"name": "planted", "namespace": "default"}},
+        data={{
+            "db_password": "{PLANTED["password-name"]}",
+            "apiToken": "{PLANTED["token-name"]}",
+            "client-secret": "{PLANTED["secret-name"]}",
+            "AWS_SECRET_ACCESS_KEY": "{PLANTED["key-name"]}",
+            "mirror": "https://ci:{PLANTED["url-userinfo-mirror"]}@mirror.example.internal/",
+        }},
+    )
+    k8s.core.v1.Secret(
+        "planted",
+        metadata={{"name": "planted", "namespace": "default"}},
+        string_data={{"anything": "{PLANTED["kubernetes-secret"]}"}},
+    )
+    k8s.helm.v3.Release(
+        "planted",
+        chart="grafana",
+        version="10.1.4",
+        repository_opts={{"repo": "https://grafana.github.io/helm-charts"}},
+        values={{"adminPassword": "{PLANTED["helm-value"]}"}},
+    )
+    k8s.core.v1.ConfigMap(
+        "planted-pulumi-secret",
+        metadata={{"name": "pulumi-secret", "namespace": "default"}},
+        data={{"value": pulumi.Output.secret("{PLANTED["pulumi-secret-input"]}")}},
+    )
+    pulumi.export("planted", pulumi.Output.secret("{PLANTED["pulumi-secret-export"]}"))
+'''
+
+
+def plant(root: Path) -> None:
+    versions = root / "versions.yaml"
+    text = versions.read_text()
+    chart = "repository: https://helm.ngc.nvidia.com/nvidia"
+    assert chart in text
+    versions.write_text(
+        text.replace(
+            chart,
+            f"repository: https://deploy:{PLANTED['url-userinfo-chart']}@helm.ngc.nvidia.com/nvidia",
+        )
+    )
+    program = root / "stacks" / "__main__.py"
+    head, sep, tail = program.read_text().partition('\nif __name__ == "__main__":')
+    program.write_text(head + PROGRAM + sep + tail)
+    toolkit = root / "inventory" / "example" / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
+    toolkit.write_text(
+        toolkit.read_text()
+        + "nvidia_container_toolkit_repo_url: "
+        + f"https://deploy:{PLANTED['url-userinfo-mirror']}@mirror.example.internal/deb/amd64\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[str, str]:
+    """Every plan and diff of the planted repository, by command and format."""
+    repo = tmp_path_factory.mktemp("planted") / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    plant(repo)
+    found: dict[str, str] = {}
+    commands: dict[str, list[str]] = {}
+    site = ["--site", "inventory/example"]
+    for fmt in ("table", "json", "markdown"):
+        commands[f"plan --stack prod --format {fmt}"] = ["plan", "--stack", "prod", "--format", fmt]
+        commands[f"plan --site --format {fmt}"] = ["plan", *site, "--format", fmt]
+    # What CI posts on a pull request, and the other forms once each.
+    diff = ["diff", "--base", "HEAD"]
+    commands["diff --stack prod --format markdown"] = [
+        *diff,
+        "--stack",
+        "prod",
+        "--format",
+        "markdown",
+    ]
+    commands["diff --site --format markdown"] = [*diff, *site, "--format", "markdown"]
+    commands["diff --stack prod --format json"] = [*diff, "--stack", "prod", "--format", "json"]
+    commands["diff --site --format table"] = [*diff, *site, "--format", "table"]
+    for label, args in commands.items():
+        result = run_cli(*args, root=repo, cwd=repo)
+        assert result.code in (0, 1), f"{label}: {result.stderr}"
+        found[label] = result.stdout + result.stderr
+    return found
+
+
+def test_the_plants_reach_the_plans_as_redacted(outputs: dict[str, str]) -> None:
+    """The planted values are there to be hidden: the plans show where they were."""
+    plan = outputs["plan --stack prod --format json"]
+    assert '"planted": "[secret]"' in plan
+    assert '"db_password": "<redacted>"' in plan
+    assert "https://<redacted>@helm.ngc.nvidia.com/nvidia" in plan
+    assert (
+        "https://<redacted>@mirror.example.internal/deb/amd64"
+        in outputs["plan --site --format json"]
+    )
+    assert "<redacted>" in outputs["diff --stack prod --format markdown"]
+    assert "https://<redacted>@mirror" in outputs["diff --site --format markdown"]
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_no_planted_secret_in_any_plan_or_diff(outputs: dict[str, str], kind: str) -> None:
+    value = PLANTED[kind]
+    leaked = [label for label, text in outputs.items() if value in text]
+    assert leaked == [], f"{kind} ({value}) appears in {leaked}"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("password", True),
+        ("db_password", True),
+        ("adminPassword", True),
+        ("apiToken", True),
+        ("client-secret", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("api_key", True),
+        ("privateKey", True),
+        ("secretName", False),
+        ("existingSecret", False),
+        ("password_file", False),
+        ("nvidia_driver_cuda_repo_key_url", False),
+        ("passwordKey", False),
+        ("key", False),
+        ("kmsKeyId", False),
+        ("enableKeyRotation", False),
+        ("httpTokens", False),
+        ("automountServiceAccountToken", True),
+    ],
+)
+def test_which_names_say_they_hold_a_secret(name: str, secret: bool) -> None:
+    assert secrets.secret_name(name) is secret
+
+
+def test_redaction_keeps_flags_and_markers_and_is_idempotent() -> None:
+    doc = {
+        "automountServiceAccountToken": False,
+        "token": "<computed>",
+        "password": "[secret]",
+        "url": "git+ssh://git:hunter2@example.com/repo.git and https://example.com/x@y",
+        "apiVersion": "v1",
+    }
+    once = secrets.redact(doc)
+    assert once == {
+        "automountServiceAccountToken": False,
+        "token": "<computed>",
+        "password": "[secret]",
+        "url": "git+ssh://<redacted>@example.com/repo.git and https://example.com/x@y",
+        "apiVersion": "v1",
+    }
+    assert secrets.redact(once) == once
