@@ -7,7 +7,11 @@ format, so a field Triton does not know cannot be written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
@@ -38,6 +42,15 @@ METRICS_PORT = 8002
 MODELS_MOUNT = "/models"
 
 _KINDS = {"gpu": "KIND_GPU", "cpu": "KIND_CPU", "auto": "KIND_AUTO"}
+# Triton loads every model at start and never reloads: a changed config reaches the pods only
+# through a new pod template (the config hash below), so it rolls out pod by pod behind the
+# readiness probe and rolls back with the Deployment (docs/decisions/0035).
+MODEL_CONTROL_MODE = "none"
+CONFIG_HASH_ANNOTATION = "gpuinfra.dev/model-config-hash"
+# Files a backend needs in each version directory besides config.pbtxt (vLLM reads its engine
+# arguments from model.json; the others name their model file in the config or by default).
+VERSION_FILES: dict[str, tuple[str, ...]] = {"vllm": ("model.json",)}
+_VERSION_DIR = re.compile(r"^[0-9]+$")
 
 
 class DynamicBatching(Settings):
@@ -64,6 +77,11 @@ class VersionPolicy(Settings):
         if self.policy != "specific" and self.versions:
             raise ValueError("versions apply only to policy 'specific'")
         return self
+
+    def describe(self) -> str:
+        if self.policy == "specific":
+            return f"specific {sorted(self.versions)}"
+        return f"latest {self.latest}" if self.policy == "latest" else "all"
 
 
 class TritonModel(Settings):
@@ -111,6 +129,12 @@ class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
     enabled: bool = enabled_field("Deploy Triton", default=False, left="deployed objects")
     namespace: Name = Field(default="triton", description="Namespace Triton runs in.")
+    image_variant: Literal["default", "vllm"] = Field(
+        default="default",
+        description="Which pinned Triton image runs: default (the -py3 tag) or vllm (the "
+        "variant with the vLLM backend, versions.yaml triton.variants.vllm). Models with backend "
+        "vllm need vllm.",
+    )
     model_repository: ModelRepository | None = Field(
         default=None,
         description="Where Triton reads models: {s3: s3://bucket/prefix, region, "
@@ -162,6 +186,13 @@ class TritonSettings(AddonSettings):
             raise ValueError(
                 f"minReplicas {self.min_replicas} is greater than maxReplicas {self.max_replicas}"
             )
+        vllm = [m.name for m in self.models if m.backend == "vllm"]
+        if vllm and self.image_variant != "vllm":
+            raise ValueError(
+                f"model {vllm[0]!r} has backend 'vllm', which the default Triton image does not "
+                "contain; set imageVariant: vllm (the -vllm-python-py3 tag pinned in "
+                "versions.yaml triton.variants.vllm)"
+            )
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -203,6 +234,87 @@ def config_pbtxt(model: TritonModel) -> str:
     return str(text_format.MessageToString(model_config(model)))
 
 
+def repository_problems(models: Iterable[TritonModel], paths: Iterable[str]) -> list[str]:
+    """What a model repository lacks for the models' version policies, one line per problem.
+
+    ``paths`` are the repository's entries relative to its root, files or directories
+    (``resnet50/1/model.onnx``, ``resnet50/3``), as an S3 listing or a directory walk gives them.
+    Triton refuses a model with no version its policy can serve ("at least one version must be
+    available under the version policy"), and a ``specific`` policy names each version it needs.
+    """
+    entries = [p.strip("/") for p in paths]
+    problems = []
+    for model in models:
+        present: dict[int, set[str]] = {}
+        for entry in entries:
+            parts = entry.split("/")
+            if len(parts) >= 2 and parts[0] == model.name and _VERSION_DIR.match(parts[1]):
+                present.setdefault(int(parts[1]), set()).update(parts[2:3])
+        policy = model.version_policy
+        where = f"model {model.name!r} (version_policy {policy.describe()})"
+        if policy.policy == "specific":
+            wanted = sorted(policy.versions)
+            missing = [v for v in wanted if v not in present]
+            if missing:
+                dirs = ", ".join(f"{model.name}/{v}/" for v in missing)
+                problems.append(f"{where}: no version directory {dirs}")
+        elif not present:
+            problems.append(f"{where}: no version directory {model.name}/<number>/")
+            continue
+        else:
+            # The newest N serve; older ones may lack the backend's files.
+            wanted = sorted(present)[-policy.latest :] if policy.policy == "latest" else []
+            wanted = wanted or sorted(present)
+        for version in (v for v in wanted if v in present):
+            for needed in VERSION_FILES.get(model.backend, ()):
+                if needed not in present[version]:
+                    problems.append(
+                        f"{where}: {model.name}/{version}/{needed} is missing "
+                        f"(the {model.backend} backend reads it)"
+                    )
+    return problems
+
+
+def preflight_script(models: Iterable[TritonModel], root: str = MODELS_MOUNT) -> str:
+    """A POSIX shell check of a mounted repository, run before Triton starts.
+
+    The rules of ``repository_problems``, for a volume only the pod can see: one line per
+    problem on stderr and exit 1, so the pod waits in Init:Error with the reason in its log.
+    """
+    lines = ["fail=0", 'say() { echo "model repository $*" >&2; fail=1; }']
+    for model in models:
+        base = shlex.quote(f"{root}/{model.name}")
+        policy = model.version_policy
+        where = f"{root}: model {model.name} (version_policy {policy.describe()}):"
+        if policy.policy == "specific":
+            lines.append(f"v={shlex.quote(' '.join(str(n) for n in sorted(policy.versions)))}")
+        else:
+            newest = f" | tail -n {policy.latest}" if policy.policy == "latest" else ""
+            lines.append(
+                f"v=$(find {base} -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sed 's|.*/||'"
+                f" | grep -E '^[0-9]+$' | sort -n{newest})"
+            )
+            lines.append(f'[ -n "$v" ] || say {shlex.quote(where)} "no version directory"')
+        checks = [f'[ -d {base}/"$n" ] || say {shlex.quote(where)} "no version directory $n/"']
+        checks += [
+            f'[ -e {base}/"$n"/{needed} ] || say {shlex.quote(where)} "$n/{needed} is missing"'
+            for needed in VERSION_FILES.get(model.backend, ())
+        ]
+        lines.append(f"for n in $v; do {'; '.join(checks)}; done")
+    lines.append('exit "$fail"')
+    return "\n".join(lines) + "\n"
+
+
+def config_hash(models: Iterable[TritonModel]) -> str:
+    """A digest of the model settings, which determine every config.pbtxt.
+
+    Hashing the settings rather than the printed files keeps a render of objects free of
+    tritonclient; on the pod template, a changed config gives a new template and so a rollout.
+    """
+    canonical = sorted((m.model_dump(mode="json") for m in models), key=lambda m: m["name"])
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
@@ -212,6 +324,7 @@ def _args(repo: ModelRepository) -> list[str]:
     return [
         "tritonserver",
         f"--model-repository={location}",
+        f"--model-control-mode={MODEL_CONTROL_MODE}",
         "--strict-readiness=true",
         "--allow-metrics=true",
         f"--metrics-port={METRICS_PORT}",
@@ -225,7 +338,7 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
     repo = settings.model_repository
     if repo is None:
         raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
-    image = f"{versions.triton.source.image}:{versions.triton.tag or versions.triton.version}"
+    image = f"{versions.triton.source.image}:{versions.triton.image_tag(settings.image_variant)}"
     health = {"port": "http"}
     container: dict[str, Any] = {
         "name": NAME,
@@ -269,6 +382,17 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         container["volumeMounts"].append(
             {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}
         )
+        # Only the pod sees the volume: it checks the version directories before Triton starts.
+        pod["initContainers"] = [
+            {
+                "name": "model-repository-preflight",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/sh", "-c", preflight_script(settings.models)],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "volumeMounts": [{"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}],
+            }
+        ]
         volumes.append(
             {"name": "models", "persistentVolumeClaim": {"claimName": repo.pvc, "readOnly": True}}
         )
@@ -289,7 +413,13 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         "spec": {
             **({} if settings.autoscaling else {"replicas": settings.min_replicas}),
             "selector": {"matchLabels": _labels()},
-            "template": {"metadata": {"labels": _labels()}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": _labels(),
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(settings.models)},
+                },
+                "spec": pod,
+            },
         },
     }
 
