@@ -121,9 +121,9 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.cli import addons, lab, review, schemas
+    from gpuinfra.cli import addons, lab, review, schemas, triton
 
-    for module in (lab, addons, review, schemas):
+    for module in (lab, addons, review, schemas, triton):
         module.register(app)
 
 

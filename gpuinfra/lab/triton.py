@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from tritonclient.grpc import InferenceServerClient
 
 VENV = ".triton-venv"
+# Another installation than the repository's own (a checkout without one, a shared one).
+VENV_ENV = "GPUINFRA_TRITON_VENV"
 SETUP = "bash scripts/setup-triton.sh"
 STANDIN_COST_ENV = "GPUINFRA_STANDIN_COST_US"
 STANDIN_INPUT = "INPUT0"
@@ -126,7 +128,8 @@ class Installation:
 
 def installation(venv: Path | None = None) -> Installation:
     """The local Triton, or UsageError saying how to install it."""
-    found = Installation((venv or repo_root() / VENV).resolve())
+    chosen = venv or (Path(os.environ[VENV_ENV]) if os.environ.get(VENV_ENV) else None)
+    found = Installation((chosen or repo_root() / VENV).resolve())
     missing = [p for p in (found.server, found.perf_analyzer) if not p.exists()]
     if missing:
         raise UsageError(f"no local Triton: {missing[0]} is missing; install it with `{SETUP}`")
