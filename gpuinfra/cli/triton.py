@@ -31,8 +31,9 @@ def _levels(text: str, option: str) -> list[int]:
     return values
 
 
-def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, ModelFile, str]:
-    """The Triton settings, the file that declares their models, and a name for the source."""
+def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, ModelFile, str, Path]:
+    """The Triton settings, the file that declares their models, a name for the source and
+    the directory its measurements go to."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
     from gpuinfra.modeledit import ModelFile
@@ -41,11 +42,8 @@ def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, Model
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
-        return (
-            config.load_stack(stack).addons.triton,
-            ModelFile.stack(config.stack_path(stack)),
-            stack,
-        )
+        path = config.stack_path(stack)
+        return config.load_stack(stack).addons.triton, ModelFile.stack(path), stack, path.parent
     assert site is not None
     loaded = site_mod.load_site(site)
     settings = addons.settings_from_site(loaded).triton
@@ -55,10 +53,12 @@ def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, Model
     if not origins:
         raise UsageError(f"{loaded.name}: no triton_models in the site's variables")
     origin = Path(origins[0])
+    # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
     return (
         settings,
         ModelFile.site(origin if origin.is_absolute() else repo_root() / origin),
         loaded.name,
+        site,
     )
 
 
@@ -113,7 +113,7 @@ def tune(
     from gpuinfra.lab import tune as tune_mod
     from gpuinfra.loading import display_path
 
-    settings, where, source = _source(stack, site)
+    settings, where, source, records = _source(stack, site)
     found = [m for m in settings.models if m.name == model]
     if not found:
         names = ", ".join(m.name for m in settings.models) or "none"
@@ -141,7 +141,7 @@ def tune(
         f"{len(result.rows)} configurations x {len(levels)} concurrency levels in "
         f"{result.seconds:.0f} s on Triton {result.triton_version}"
     )
-    record = where.path.parent / "tuning" / f"{source}-{model}.json"
+    record = records / "tuning" / f"{source}-{model}.json"
     if result.chosen is None:
         _record(record, result)
         raise CheckFailed(

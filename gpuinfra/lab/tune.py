@@ -220,8 +220,8 @@ def perf_analyzer(
         "grpc",
         f"--concurrency-range={concurrency}",
         f"--measurement-interval={interval_ms}",
-        "--stability-percentage=30",
-        "--max-trials=6",
+        "--stability-percentage=40",
+        "--max-trials=10",
         "-f",
         str(report),
         *(extra or []),
@@ -282,31 +282,32 @@ def _text(model: TritonModel, *, cpu: bool) -> str:
     return local.cpu_config(text) if cpu else text
 
 
-def tune(
+@dataclass(frozen=True)
+class Session:
+    """A Triton to measure on: ``measure`` loads a configuration of the model and runs
+    perf_analyzer at each concurrency level."""
+
+    measure: Callable[[TritonModel, list[int]], list[Point]]
+    triton_version: str
+
+
+@contextmanager
+def session(
     model: TritonModel,
-    sla: Sla,
-    concurrency: list[int],
     *,
-    grid: Grid | None = None,
     url: str | None = None,
     stand_in_cost_us: str = "10000,500",
     interval_ms: int = 1000,
-    progress: Callable[[str], None] = lambda _: None,
-) -> Result:
-    """Sweep the grid on a real Triton and choose the configuration that fits the SLA."""
+) -> Iterator[Session]:
     from google.protobuf import json_format
     from tritonclient.grpc import InferenceServerClient
     from tritonclient.utils import InferenceServerException
 
-    if not concurrency or min(concurrency) < 1:
-        raise UsageError("--concurrency: give one or more levels of at least 1, e.g. 1,8,16")
     inst = local.installation()
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpuinfra-tune-") as scratch:
         work = Path(scratch)
         with target(inst, model, url, work, stand_in_cost_us) as (address, is_local):
             client = InferenceServerClient(address)
-            version = str(client.get_server_metadata().version)
 
             def measure(configured: TritonModel, levels: list[int]) -> list[Point]:
                 config = model_config(configured)
@@ -325,14 +326,35 @@ def tune(
                     for c in levels
                 ]
 
-            rows, chosen = sweep(model, sla, concurrency, grid or Grid(), measure, progress)
+            yield Session(measure, str(client.get_server_metadata().version))
+
+
+def tune(
+    model: TritonModel,
+    sla: Sla,
+    concurrency: list[int],
+    *,
+    grid: Grid | None = None,
+    url: str | None = None,
+    stand_in_cost_us: str = "10000,500",
+    interval_ms: int = 1000,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Result:
+    """Sweep the grid on a real Triton and choose the configuration that fits the SLA."""
+    if not concurrency or min(concurrency) < 1:
+        raise UsageError("--concurrency: give one or more levels of at least 1, e.g. 1,8,16")
+    started = time.monotonic()
+    with session(
+        model, url=url, stand_in_cost_us=stand_in_cost_us, interval_ms=interval_ms
+    ) as running:
+        rows, chosen = sweep(model, sla, concurrency, grid or Grid(), running.measure, progress)
     return Result(
         model=model.name,
         sla=sla,
         concurrency=sorted(concurrency),
         rows=rows,
         chosen=chosen,
-        triton_version=version,
+        triton_version=running.triton_version,
         machine=machine(),
         seconds=time.monotonic() - started,
         target="local stand-in" if url is None else url,
