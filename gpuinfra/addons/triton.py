@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
@@ -272,6 +272,32 @@ def repository_problems(models: Iterable[TritonModel], paths: Iterable[str]) -> 
                         f"{where}: {model.name}/{version}/{needed} is missing "
                         f"(the {model.backend} backend reads it)"
                     )
+    return problems
+
+
+def index_problems(
+    models: Sequence[TritonModel], index: Iterable[tuple[str, int, str]]
+) -> list[str]:
+    """What a running Triton's repository index says against the declared version policies.
+
+    ``index`` holds (model, version, state) as ``/v2/repository/index`` lists them. A model
+    serves what its policy declares: each listed version for ``specific``, one to N versions
+    for ``latest N``, at least one for ``all``; a served model that is not declared is named.
+    """
+    entries = list(index)
+    problems = []
+    for model in models:
+        ready = sorted(v for name, v, state in entries if name == model.name and state == "READY")
+        policy = model.version_policy
+        where = f"model {model.name!r} (version_policy {policy.describe()})"
+        if policy.policy == "specific" and ready != sorted(policy.versions):
+            problems.append(f"{where}: READY versions {ready}, declared {sorted(policy.versions)}")
+        elif policy.policy == "latest" and not 1 <= len(ready) <= policy.latest:
+            problems.append(f"{where}: READY versions {ready}, declared the newest {policy.latest}")
+        elif policy.policy == "all" and not ready:
+            problems.append(f"{where}: no READY version")
+    extra = sorted({name for name, _, _ in entries} - {m.name for m in models})
+    problems += [f"model {name!r} is served but not declared" for name in extra]
     return problems
 
 

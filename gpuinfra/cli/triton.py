@@ -145,9 +145,11 @@ def tune(
     if result.chosen is None:
         _record(record, result)
         raise CheckFailed(
-            f"no configuration of {model} meets P99 <= {p99_ms:g} ms"
-            + (f" with >= {min_throughput:g} infer/s" if min_throughput else "")
-            + f"; measurement in {display_path(record)}"
+            [
+                f"no configuration of {model} meets P99 <= {p99_ms:g} ms"
+                + (f" with >= {min_throughput:g} infer/s" if min_throughput else "")
+                + f"; measurement in {display_path(record)}"
+            ]
         )
     best = result.chosen.candidate
     gain = result.chosen.at_highest().throughput / baseline if baseline else float("inf")
@@ -176,6 +178,32 @@ def tune(
     where.path.write_text(after, "utf-8")
     _record(record, result)
     say(f"wrote {shown} and {display_path(record)}")
+
+
+@triton_app.command("verify")
+def verify(
+    url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+) -> None:
+    """Compare a running Triton's repository index with the declared version policies."""
+    from tritonclient.grpc import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    from gpuinfra.addons import triton as spec
+
+    settings, _, source, _ = _source(stack, site)
+    try:
+        index = InferenceServerClient(url).get_model_repository_index().models
+    except InferenceServerException as failed:
+        raise CheckFailed([f"Triton at {url}: {failed.message()}"]) from None
+    entries = [(m.name, int(m.version), m.state) for m in index if m.version]
+    problems = spec.index_problems(list(settings.models), entries)
+    for name, version, state in sorted(entries):
+        say(f"{name} {version}: {state}")
+    if problems:
+        raise CheckFailed(f"{url}: {p}" for p in problems)
+    say(f"{url}: every model of {source} serves the versions its policy declares")
 
 
 def _record(path: Path, result: Result) -> None:

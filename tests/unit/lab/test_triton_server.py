@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,3 +158,65 @@ def test_a_missing_version_directory(inst: local.Installation, tmp_path: Path) -
 def test_tensorflow_needs_a_model_file(inst: local.Installation, tmp_path: Path) -> None:
     error = _refused(inst, tmp_path, "tf", 'name: "tf"\nbackend: "tensorflow"\n')
     assert "unexpected 'platform' and 'backend' pair" in error
+
+
+SITE = "inventory/example"
+
+
+def _verify(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuinfra", "triton", "verify", f"--url={url}", "--site", SITE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_verify_reads_the_served_versions_against_the_declared_policies(
+    inst: local.Installation, tmp_path: Path
+) -> None:
+    settings = SOURCES["site-example"]
+    files = dict(addons.render("triton", settings).files)
+    with local.serving(inst, tmp_path, list(settings.models), files, ports=_ports()) as server:
+        done = _verify(server.grpc_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resnet50 1: READY" in done.stdout
+
+    # The site declares the newest version of resnet50; a server holding two serves both.
+    (model,) = settings.models
+    two = model.model_copy(
+        update={"version_policy": triton.VersionPolicy(policy="specific", versions=[1, 2])}
+    )
+    other = tmp_path / "two"
+    with local.serving(
+        inst, other, [two], dict(triton.ModelFiles([two])), ports=_ports()
+    ) as server:
+        done = _verify(server.grpc_url)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: {server.grpc_url}: model 'resnet50' (version_policy latest 1): READY versions "
+        "[1, 2], declared the newest 1"
+    )
+
+
+def test_index_problems_name_each_mismatch() -> None:
+    models = [
+        TritonModel.model_validate(
+            {
+                "name": "a",
+                "backend": "python",
+                "versionPolicy": {"policy": "specific", "versions": [1, 3]},
+            }
+        ),
+        TritonModel.model_validate(
+            {"name": "b", "backend": "python", "versionPolicy": {"policy": "all"}}
+        ),
+    ]
+    index = [("a", 1, "READY"), ("a", 3, "UNAVAILABLE"), ("b", 1, "UNAVAILABLE"), ("c", 1, "READY")]
+    assert triton.index_problems(models, index) == [
+        "model 'a' (version_policy specific [1, 3]): READY versions [1], declared [1, 3]",
+        "model 'b' (version_policy all): no READY version",
+        "model 'c' is served but not declared",
+    ]
