@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpuinfra.addons.base import (
     GPU_RESOURCE,
@@ -42,6 +42,8 @@ METRICS_PORT = 8002
 MODELS_MOUNT = "/models"
 
 _KINDS = {"gpu": "KIND_GPU", "cpu": "KIND_CPU", "auto": "KIND_AUTO"}
+# What the device plugin advertises: whole (or time-sliced) GPUs, renamed shares, MIG slices.
+GPU_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\+me)?)$"
 # Triton loads every model at start and never reloads: a changed config reaches the pods only
 # through a new pod template (the config hash below), so it rolls out pod by pod behind the
 # readiness probe and rolls back with the Deployment (docs/decisions/0035).
@@ -149,6 +151,13 @@ class TritonSettings(AddonSettings):
     gpus_per_replica: int = Field(
         default=1, ge=1, le=8, description="GPUs each Triton pod requests."
     )
+    gpu_resource: str = Field(
+        default=GPU_RESOURCE,
+        description="The GPU resource each pod requests gpusPerReplica of: nvidia.com/gpu (a "
+        "whole GPU, or a time-sliced share where the GPU Operator time-slices), "
+        "nvidia.com/gpu.shared (time-slicing with renamed resources) or a MIG slice such as "
+        "nvidia.com/mig-3g.71gb (MIG strategy mixed).",
+    )
     gpu_type: Name | None = Field(
         default=None,
         description="Schedule Triton only on nodes labelled gpuinfra.dev/gpu-type=<gpu_type>; "
@@ -177,6 +186,16 @@ class TritonSettings(AddonSettings):
         le=100,
         description="Average CPU utilisation (percent) the autoscaler aims for.",
     )
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _gpu_resource(cls, value: str) -> str:
+        if not re.match(GPU_RESOURCE_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is not a GPU resource (allowed: nvidia.com/gpu, "
+                "nvidia.com/gpu.shared or a MIG slice nvidia.com/mig-<N>g.<M>gb)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TritonSettings:
@@ -378,7 +397,10 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         ],
         "resources": {
             "requests": {"cpu": settings.cpu, "memory": settings.memory},
-            "limits": {GPU_RESOURCE: settings.gpus_per_replica, "memory": settings.memory},
+            "limits": {
+                settings.gpu_resource: settings.gpus_per_replica,
+                "memory": settings.memory,
+            },
         },
         # Loading large models takes minutes: the startup probe holds off liveness until then.
         "startupProbe": {
