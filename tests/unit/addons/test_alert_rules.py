@@ -38,7 +38,7 @@ def rules_dir(tmp_path: Path) -> Path:
 def test_rules_pass_promtool_check(rules_dir: Path) -> None:
     result = _promtool("check", "rules", "gpu-alerts.rules.yml", cwd=rules_dir)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_alerts_fire_when_they_should_and_not_before(rules_dir: Path) -> None:

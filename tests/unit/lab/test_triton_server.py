@@ -220,3 +220,29 @@ def test_index_problems_name_each_mismatch() -> None:
         "model 'b' (version_policy all): no READY version",
         "model 'c' is served but not declared",
     ]
+
+
+def test_the_metrics_the_alerts_read_are_what_triton_exposes(
+    inst: local.Installation, tmp_path: Path
+) -> None:
+    import re
+    import urllib.request
+
+    import numpy as np
+    from tritonclient.grpc import InferInput
+
+    from gpuinfra.addons import prometheus_stack
+
+    model = TritonModel(name="m", backend="onnxruntime", max_batch_size=4)
+    files = dict(triton.ModelFiles([model]))
+    with local.serving(inst, tmp_path, [model], files, ports=_ports()) as server:
+        given = InferInput(local.STANDIN_INPUT, [1, local.STANDIN_DIMS], "FP32")
+        given.set_data_from_numpy(np.zeros((1, local.STANDIN_DIMS), dtype=np.float32))
+        server.client().infer("m", [given])
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            exposed = set(re.findall(r"^(nv_[a-z_]+)", response.read().decode(), re.MULTILINE))
+    rules = [r for g in prometheus_stack.alert_rules()["groups"] for r in g["rules"]]
+    read = {name for r in rules for name in re.findall(r"\b(nv_[a-z_]+)\b", r["expr"])}
+    assert read, "no alert reads Triton's metrics"
+    assert read - exposed == set()
