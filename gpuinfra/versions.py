@@ -88,6 +88,17 @@ class GpuOperator(Component):
     operands: dict[str, str] = Field(default_factory=dict)
 
 
+class Triton(Component):
+    # Image variants by name, each a tag of the same release: the vLLM backend ships only in
+    # the ``-vllm-python-py3`` image, not in the plain ``-py3`` one.
+    variants: dict[str, str] = Field(default_factory=dict)
+
+    def image_tag(self, variant: str = "default") -> str:
+        if variant == "default":
+            return self.tag or self.version
+        return self.variants[variant]
+
+
 class DriverSources(Strict):
     distro: DriverBuild
     cuda_repo: DriverBuild
@@ -106,7 +117,7 @@ class Versions(Strict):
     dcgm_exporter: Component
     volcano: Component
     kueue: Component
-    triton: Component
+    triton: Triton
     cuda_sample: Component
     kube_prometheus_stack: Component
 
@@ -284,6 +295,14 @@ def check(v: Versions) -> list[RuleProblem]:
             issue = pin_problem(comp.source.package_version, "package")
             if issue and "floats" in issue:
                 add(f"{name}.source.package_version", issue)
+    release = (v.triton.tag or "").removesuffix("-py3")
+    for variant, tag in v.triton.variants.items():
+        if not re.fullmatch(rf"{re.escape(release)}-{re.escape(variant)}(-[a-z0-9]+)*-py3", tag):
+            add(
+                f"triton.variants.{variant}",
+                f"'{tag}' is not the {variant} variant of tag {v.triton.tag}; "
+                f"expected {release}-{variant}[-...]-py3, e.g. {release}-{variant}-python-py3",
+            )
     for operand, value in v.gpu_operator.operands.items():
         issue = pin_problem(value, "nvidia_driver" if operand == "driver" else operand)
         if issue:

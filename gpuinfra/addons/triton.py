@@ -7,10 +7,14 @@ format, so a field Triton does not know cannot be written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpuinfra.addons.base import (
     GPU_RESOURCE,
@@ -39,6 +43,17 @@ METRICS_PORT = 8002
 MODELS_MOUNT = "/models"
 
 _KINDS = {"gpu": "KIND_GPU", "cpu": "KIND_CPU", "auto": "KIND_AUTO"}
+# What the device plugin advertises: whole (or time-sliced) GPUs, renamed shares, MIG slices.
+GPU_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\+me)?)$"
+# Triton loads every model at start and never reloads: a changed config reaches the pods only
+# through a new pod template (the config hash below), so it rolls out pod by pod behind the
+# readiness probe and rolls back with the Deployment (docs/decisions/0035).
+MODEL_CONTROL_MODE = "none"
+CONFIG_HASH_ANNOTATION = "gpuinfra.dev/model-config-hash"
+# Files a backend needs in each version directory besides config.pbtxt (vLLM reads its engine
+# arguments from model.json; the others name their model file in the config or by default).
+VERSION_FILES: dict[str, tuple[str, ...]] = {"vllm": ("model.json",)}
+_VERSION_DIR = re.compile(r"^[0-9]+$")
 
 
 class DynamicBatching(Settings):
@@ -65,6 +80,11 @@ class VersionPolicy(Settings):
         if self.policy != "specific" and self.versions:
             raise ValueError("versions apply only to policy 'specific'")
         return self
+
+    def describe(self) -> str:
+        if self.policy == "specific":
+            return f"specific {sorted(self.versions)}"
+        return f"latest {self.latest}" if self.policy == "latest" else "all"
 
 
 class TritonModel(Settings):
@@ -112,6 +132,12 @@ class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
     enabled: bool = enabled_field("Deploy Triton", default=False, left="deployed objects")
     namespace: Name = Field(default="triton", description="Namespace Triton runs in.")
+    image_variant: Literal["default", "vllm"] = Field(
+        default="default",
+        description="Which pinned Triton image runs: default (the -py3 tag) or vllm (the "
+        "variant with the vLLM backend, versions.yaml triton.variants.vllm). Models with backend "
+        "vllm need vllm.",
+    )
     model_repository: ModelRepository | None = Field(
         default=None,
         description="Where Triton reads models: {s3: s3://bucket/prefix, region, "
@@ -125,6 +151,13 @@ class TritonSettings(AddonSettings):
     )
     gpus_per_replica: int = Field(
         default=1, ge=1, le=8, description="GPUs each Triton pod requests."
+    )
+    gpu_resource: str = Field(
+        default=GPU_RESOURCE,
+        description="The GPU resource each pod requests gpusPerReplica of: nvidia.com/gpu (a "
+        "whole GPU, or a time-sliced share where the GPU Operator time-slices), "
+        "nvidia.com/gpu.shared (time-slicing with renamed resources) or a MIG slice such as "
+        "nvidia.com/mig-3g.71gb (MIG strategy mixed).",
     )
     gpu_type: Name | None = Field(
         default=None,
@@ -155,6 +188,16 @@ class TritonSettings(AddonSettings):
         description="Average CPU utilisation (percent) the autoscaler aims for.",
     )
 
+    @field_validator("gpu_resource")
+    @classmethod
+    def _gpu_resource(cls, value: str) -> str:
+        if not re.match(GPU_RESOURCE_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is not a GPU resource (allowed: nvidia.com/gpu, "
+                "nvidia.com/gpu.shared or a MIG slice nvidia.com/mig-<N>g.<M>gb)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> TritonSettings:
         if self.enabled and self.model_repository is None:
@@ -162,6 +205,13 @@ class TritonSettings(AddonSettings):
         if self.min_replicas > self.max_replicas:
             raise ValueError(
                 f"minReplicas {self.min_replicas} is greater than maxReplicas {self.max_replicas}"
+            )
+        vllm = [m.name for m in self.models if m.backend == "vllm"]
+        if vllm and self.image_variant != "vllm":
+            raise ValueError(
+                f"model {vllm[0]!r} has backend 'vllm', which the default Triton image does not "
+                "contain; set imageVariant: vllm (the -vllm-python-py3 tag pinned in "
+                "versions.yaml triton.variants.vllm)"
             )
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -204,6 +254,113 @@ def config_pbtxt(model: TritonModel) -> str:
     return str(text_format.MessageToString(model_config(model)))
 
 
+def repository_problems(models: Iterable[TritonModel], paths: Iterable[str]) -> list[str]:
+    """What a model repository lacks for the models' version policies, one line per problem.
+
+    ``paths`` are the repository's entries relative to its root, files or directories
+    (``resnet50/1/model.onnx``, ``resnet50/3``), as an S3 listing or a directory walk gives them.
+    Triton refuses a model with no version its policy can serve ("at least one version must be
+    available under the version policy"), and a ``specific`` policy names each version it needs.
+    """
+    entries = [p.strip("/") for p in paths]
+    problems = []
+    for model in models:
+        present: dict[int, set[str]] = {}
+        for entry in entries:
+            parts = entry.split("/")
+            if len(parts) >= 2 and parts[0] == model.name and _VERSION_DIR.match(parts[1]):
+                present.setdefault(int(parts[1]), set()).update(parts[2:3])
+        policy = model.version_policy
+        where = f"model {model.name!r} (version_policy {policy.describe()})"
+        if policy.policy == "specific":
+            wanted = sorted(policy.versions)
+            missing = [v for v in wanted if v not in present]
+            if missing:
+                dirs = ", ".join(f"{model.name}/{v}/" for v in missing)
+                problems.append(f"{where}: no version directory {dirs}")
+        elif not present:
+            problems.append(f"{where}: no version directory {model.name}/<number>/")
+            continue
+        else:
+            # The newest N serve; older ones may lack the backend's files.
+            wanted = sorted(present)[-policy.latest :] if policy.policy == "latest" else []
+            wanted = wanted or sorted(present)
+        for version in (v for v in wanted if v in present):
+            for needed in VERSION_FILES.get(model.backend, ()):
+                if needed not in present[version]:
+                    problems.append(
+                        f"{where}: {model.name}/{version}/{needed} is missing "
+                        f"(the {model.backend} backend reads it)"
+                    )
+    return problems
+
+
+def index_problems(
+    models: Sequence[TritonModel], index: Iterable[tuple[str, int, str]]
+) -> list[str]:
+    """What a running Triton's repository index says against the declared version policies.
+
+    ``index`` holds (model, version, state) as ``/v2/repository/index`` lists them. A model
+    serves what its policy declares: each listed version for ``specific``, one to N versions
+    for ``latest N``, at least one for ``all``; a served model that is not declared is named.
+    """
+    entries = list(index)
+    problems = []
+    for model in models:
+        ready = sorted(v for name, v, state in entries if name == model.name and state == "READY")
+        policy = model.version_policy
+        where = f"model {model.name!r} (version_policy {policy.describe()})"
+        if policy.policy == "specific" and ready != sorted(policy.versions):
+            problems.append(f"{where}: READY versions {ready}, declared {sorted(policy.versions)}")
+        elif policy.policy == "latest" and not 1 <= len(ready) <= policy.latest:
+            problems.append(f"{where}: READY versions {ready}, declared the newest {policy.latest}")
+        elif policy.policy == "all" and not ready:
+            problems.append(f"{where}: no READY version")
+    extra = sorted({name for name, _, _ in entries} - {m.name for m in models})
+    problems += [f"model {name!r} is served but not declared" for name in extra]
+    return problems
+
+
+def preflight_script(models: Iterable[TritonModel], root: str = MODELS_MOUNT) -> str:
+    """A POSIX shell check of a mounted repository, run before Triton starts.
+
+    The rules of ``repository_problems``, for a volume only the pod can see: one line per
+    problem on stderr and exit 1, so the pod waits in Init:Error with the reason in its log.
+    """
+    lines = ["fail=0", 'say() { echo "model repository $*" >&2; fail=1; }']
+    for model in models:
+        base = shlex.quote(f"{root}/{model.name}")
+        policy = model.version_policy
+        where = f"{root}: model {model.name} (version_policy {policy.describe()}):"
+        if policy.policy == "specific":
+            lines.append(f"v={shlex.quote(' '.join(str(n) for n in sorted(policy.versions)))}")
+        else:
+            newest = f" | tail -n {policy.latest}" if policy.policy == "latest" else ""
+            lines.append(
+                f"v=$(find {base} -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sed 's|.*/||'"
+                f" | grep -E '^[0-9]+$' | sort -n{newest})"
+            )
+            lines.append(f'[ -n "$v" ] || say {shlex.quote(where)} "no version directory"')
+        checks = [f'[ -d {base}/"$n" ] || say {shlex.quote(where)} "no version directory $n/"']
+        checks += [
+            f'[ -e {base}/"$n"/{needed} ] || say {shlex.quote(where)} "$n/{needed} is missing"'
+            for needed in VERSION_FILES.get(model.backend, ())
+        ]
+        lines.append(f"for n in $v; do {'; '.join(checks)}; done")
+    lines.append('exit "$fail"')
+    return "\n".join(lines) + "\n"
+
+
+def config_hash(models: Iterable[TritonModel]) -> str:
+    """A digest of the model settings, which determine every config.pbtxt.
+
+    Hashing the settings rather than the printed files keeps a render of objects free of
+    tritonclient; on the pod template, a changed config gives a new template and so a rollout.
+    """
+    canonical = sorted((m.model_dump(mode="json") for m in models), key=lambda m: m["name"])
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
@@ -213,6 +370,7 @@ def _args(repo: ModelRepository) -> list[str]:
     return [
         "tritonserver",
         f"--model-repository={location}",
+        f"--model-control-mode={MODEL_CONTROL_MODE}",
         "--strict-readiness=true",
         "--allow-metrics=true",
         f"--metrics-port={METRICS_PORT}",
@@ -226,7 +384,7 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
     repo = settings.model_repository
     if repo is None:
         raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
-    image = f"{versions.triton.source.image}:{versions.triton.tag or versions.triton.version}"
+    image = f"{versions.triton.source.image}:{versions.triton.image_tag(settings.image_variant)}"
     health = {"port": "http"}
     container: dict[str, Any] = {
         "name": NAME,
@@ -240,7 +398,10 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         ],
         "resources": {
             "requests": {"cpu": settings.cpu, "memory": settings.memory},
-            "limits": {GPU_RESOURCE: settings.gpus_per_replica, "memory": settings.memory},
+            "limits": {
+                settings.gpu_resource: settings.gpus_per_replica,
+                "memory": settings.memory,
+            },
         },
         # Loading large models takes minutes: the startup probe holds off liveness until then.
         "startupProbe": {
@@ -270,6 +431,17 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         container["volumeMounts"].append(
             {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}
         )
+        # Only the pod sees the volume: it checks the version directories before Triton starts.
+        pod["initContainers"] = [
+            {
+                "name": "model-repository-preflight",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/sh", "-c", preflight_script(settings.models)],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "volumeMounts": [{"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}],
+            }
+        ]
         volumes.append(
             {"name": "models", "persistentVolumeClaim": {"claimName": repo.pvc, "readOnly": True}}
         )
@@ -290,7 +462,13 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         "spec": {
             **({} if settings.autoscaling else {"replicas": settings.min_replicas}),
             "selector": {"matchLabels": _labels()},
-            "template": {"metadata": {"labels": _labels()}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": _labels(),
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(settings.models)},
+                },
+                "spec": pod,
+            },
         },
     }
 

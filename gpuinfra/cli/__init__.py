@@ -174,9 +174,9 @@ def config_check(
 
 
 def _register_command_groups() -> None:
-    from gpuinfra.cli import addons, lab, ops, review, schemas, workloads
+    from gpuinfra.cli import addons, lab, ops, review, schemas, triton, workloads
 
-    for module in (lab, addons, review, schemas, workloads, ops):
+    for module in (lab, addons, review, schemas, workloads, triton, ops):
         module.register(app)
 
 

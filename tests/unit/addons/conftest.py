@@ -100,6 +100,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "gpuOperator": {"migStrategy": "single", "timeSlicingReplicas": 2},
         "triton": {
             "enabled": True,
+            "imageVariant": "vllm",
             "modelRepository": {"pvc": "models"},
             "models": [
                 {"name": "llm", "backend": "vllm", "versionPolicy": {"policy": "all"}},

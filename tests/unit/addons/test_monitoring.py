@@ -81,7 +81,12 @@ def _exported_metrics() -> set[str]:
 def test_alerts_read_metrics_the_exporters_expose() -> None:
     dcgm = _exported_metrics()
     # Triton's metric families (server docs, "Metrics"), and Prometheus' own target health.
-    other = {"nv_inference_request_summary_us", "up"}
+    other = {
+        "nv_inference_request_summary_us",
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "up",
+    }
     used: set[str] = set()
     for group in prometheus_stack.alert_rules()["groups"]:
         for rule in group["rules"]:

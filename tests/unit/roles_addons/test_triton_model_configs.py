@@ -47,6 +47,9 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+MODEL_FILES = ("serving/prod/resnet50/1/model.onnx", "serving/prod/ranker/1/model.py")
+
+
 @pytest.fixture
 def s3_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -54,9 +57,11 @@ def s3_endpoint() -> Iterator[str]:
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     try:
-        boto3.client("s3", endpoint_url=endpoint, **_boto_credentials()).create_bucket(
-            Bucket=BUCKET
-        )
+        s3 = boto3.client("s3", endpoint_url=endpoint, **_boto_credentials())
+        s3.create_bucket(Bucket=BUCKET)
+        # The models themselves, which the site puts there: one version each.
+        for key in MODEL_FILES:
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"model")
         yield endpoint
     finally:
         server.stop()
@@ -70,7 +75,9 @@ def _boto_credentials() -> dict[str, str]:
     }
 
 
-def _upload(tmp_path: Path, endpoint: str) -> subprocess.CompletedProcess[str]:
+def _upload(
+    tmp_path: Path, endpoint: str, settings: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
     playbook = tmp_path / "files.yml"
     playbook.write_text(
         yaml.safe_dump(
@@ -80,7 +87,7 @@ def _upload(tmp_path: Path, endpoint: str) -> subprocess.CompletedProcess[str]:
                     "hosts": "localhost",
                     "gather_facts": False,
                     "vars": {
-                        **SETTINGS,
+                        **(settings or SETTINGS),
                         "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                     },
                     "tasks": [
@@ -135,7 +142,7 @@ def test_config_pbtxt_files_land_next_to_the_models_once(tmp_path: Path, s3_endp
 
     s3 = boto3.client("s3", endpoint_url=s3_endpoint, **_boto_credentials())
     listed = s3.list_objects_v2(Bucket=BUCKET)
-    keys = sorted(o["Key"] for o in listed.get("Contents", []))
+    keys = sorted(o["Key"] for o in listed.get("Contents", []) if o["Key"] not in MODEL_FILES)
     assert keys == ["serving/prod/ranker/config.pbtxt", "serving/prod/resnet50/config.pbtxt"]
     render = addons.render("triton", addons.settings_from_role_vars("triton", SETTINGS))
     for key in keys:
@@ -148,3 +155,21 @@ def test_config_pbtxt_files_land_next_to_the_models_once(tmp_path: Path, s3_endp
     second = _upload(tmp_path, s3_endpoint)
     assert second.returncode == 0, second.stdout + second.stderr
     assert _changed(second.stdout) == 0, second.stdout
+
+
+def test_a_version_the_policy_needs_is_missing_from_the_bucket(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    models = [
+        {
+            **SETTINGS["triton_models"][0],
+            "version_policy": {"policy": "specific", "versions": [1, 2]},
+        },
+        SETTINGS["triton_models"][1],
+    ]
+    done = _upload(tmp_path, s3_endpoint, {**SETTINGS, "triton_models": models})
+    assert done.returncode == 2, done.stdout
+    assert (
+        f"s3://{BUCKET}/serving/prod/: model 'resnet50' (version_policy specific [1, 2]): "
+        "no version directory resnet50/2/"
+    ) in done.stdout

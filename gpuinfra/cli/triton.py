@@ -1,0 +1,216 @@
+"""CLI commands: triton (tune a model against an SLA; check a running server's versions)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from gpuinfra.cli.console import out, say
+from gpuinfra.errors import CheckFailed, UsageError
+
+if TYPE_CHECKING:
+    from gpuinfra.addons.triton import TritonSettings
+    from gpuinfra.lab.tune import Result
+    from gpuinfra.modeledit import ModelFile
+
+triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
+
+
+def _levels(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not a list of numbers (e.g. 1,8,16)") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{option}: give numbers of at least 1, e.g. 1,8,16")
+    return values
+
+
+def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, ModelFile, str, Path]:
+    """The Triton settings, the file that declares their models, a name for the source and
+    the directory its measurements go to."""
+    from gpuinfra import addons, config
+    from gpuinfra import site as site_mod
+    from gpuinfra.modeledit import ModelFile
+    from gpuinfra.paths import repo_root
+
+    if (stack is None) == (site is None):
+        raise UsageError("give exactly one of --stack ENV or --site DIR")
+    if stack is not None:
+        path = config.stack_path(stack)
+        return config.load_stack(stack).addons.triton, ModelFile.stack(path), stack, path.parent
+    assert site is not None
+    loaded = site_mod.load_site(site)
+    settings = addons.settings_from_site(loaded).triton
+    origins = sorted(
+        {h.origin["triton_models"] for h in loaded.hosts.values() if "triton_models" in h.origin}
+    )
+    if not origins:
+        raise UsageError(f"{loaded.name}: no triton_models in the site's variables")
+    origin = Path(origins[0])
+    # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
+    return (
+        settings,
+        ModelFile.site(origin if origin.is_absolute() else repo_root() / origin),
+        loaded.name,
+        site,
+    )
+
+
+def _table(result: Result) -> Table:
+    table = Table(title=f"{result.model}: P99 bound {result.sla.p99_ms:g} ms ({result.target})")
+    table.add_column("configuration", overflow="fold")
+    for level in result.concurrency:
+        table.add_column(f"c={level} infer/s", justify="right")
+        table.add_column(f"c={level} P99 ms", justify="right")
+    table.add_column("SLA")
+    for row in result.rows:
+        cells = []
+        for point in row.points:
+            cells += [f"{point.throughput:.0f}", f"{point.p99_ms:.1f}"]
+        mark = "chosen" if row is result.chosen else ("ok" if row.meets_sla else "no")
+        label = row.candidate.label() + (" (untuned)" if row.candidate.untuned else "")
+        table.add_row(label, *cells, mark)
+    return table
+
+
+@triton_app.command("tune")
+def tune(
+    model: Annotated[str, typer.Option(help="The model's name in the stack or site")],
+    p99_ms: Annotated[float, typer.Option("--p99-ms", help="SLA: P99 latency bound (ms)")],
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    min_throughput: Annotated[
+        float | None, typer.Option(help="SLA: least inferences/s at the highest concurrency")
+    ] = None,
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels, e.g. 1,8,16")] = "1,8,16",
+    max_batch_size: Annotated[str, typer.Option(help="max_batch_size values swept")] = "8,32",
+    queue_delay_us: Annotated[
+        str, typer.Option(help="max_queue_delay_microseconds values swept")
+    ] = "200,1000",
+    instances: Annotated[str, typer.Option(help="Instance counts swept")] = "1,2",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="gRPC address of a Triton in explicit model control mode serving the model; "
+            "default: a local Triton with a stand-in of known cost"
+        ),
+    ] = None,
+    stand_in_cost_us: Annotated[
+        str, typer.Option(help="Local stand-in: microseconds per batch and per item")
+    ] = "10000,500",
+    write: Annotated[
+        bool, typer.Option("--write/--dry-run", help="Write the chosen settings into the file")
+    ] = True,
+) -> None:
+    """Sweep batching and instances with perf_analyzer; write the best config that meets the SLA."""
+    from gpuinfra import modeledit
+    from gpuinfra.lab import tune as tune_mod
+    from gpuinfra.loading import display_path
+
+    settings, where, source, records = _source(stack, site)
+    found = [m for m in settings.models if m.name == model]
+    if not found:
+        names = ", ".join(m.name for m in settings.models) or "none"
+        raise UsageError(f"{display_path(where.path)}: no model {model!r} (models: {names})")
+    if p99_ms <= 0:
+        raise UsageError("--p99-ms: give a bound above 0")
+    grid = tune_mod.Grid(
+        max_batch_sizes=tuple(_levels(max_batch_size, "--max-batch-size")),
+        queue_delays_us=tuple(_levels(queue_delay_us, "--queue-delay-us")),
+        instance_counts=tuple(_levels(instances, "--instances")),
+    )
+    levels = _levels(concurrency, "--concurrency")
+    result = tune_mod.tune(
+        found[0],
+        tune_mod.Sla(p99_ms, min_throughput),
+        levels,
+        grid=grid,
+        url=url,
+        stand_in_cost_us=stand_in_cost_us,
+        progress=lambda label: say(f"measuring {label}"),
+    )
+    out.print(_table(result))
+    baseline = result.baseline.at_highest().throughput
+    say(
+        f"{len(result.rows)} configurations x {len(levels)} concurrency levels in "
+        f"{result.seconds:.0f} s on Triton {result.triton_version}"
+    )
+    record = records / "tuning" / f"{source}-{model}.json"
+    if result.chosen is None:
+        _record(record, result)
+        raise CheckFailed(
+            [
+                f"no configuration of {model} meets P99 <= {p99_ms:g} ms"
+                + (f" with >= {min_throughput:g} infer/s" if min_throughput else "")
+                + f"; measurement in {display_path(record)}"
+            ]
+        )
+    best = result.chosen.candidate
+    gain = result.chosen.at_highest().throughput / baseline if baseline else float("inf")
+    say(f"chosen: {best.label()} ({gain:.1f}x the untuned throughput at c={max(levels)})")
+    if best.untuned:
+        say("the model's current settings are already the best: nothing to change")
+        _record(record, result)
+        return
+    values = {
+        "max_batch_size": best.max_batch_size,
+        "dynamic_batching": {
+            "preferred_batch_size": list(best.preferred_batch_size) or None,
+            "max_queue_delay_microseconds": best.max_queue_delay_microseconds,
+        },
+        "instance_group": {"count": best.instances},
+    }
+    before, after = modeledit.edit(where, model, values)
+    shown = display_path(where.path)
+    for line in difflib.unified_diff(
+        before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+    ):
+        say(line)
+    if not write:
+        say("dry run: nothing written")
+        return
+    where.path.write_text(after, "utf-8")
+    _record(record, result)
+    say(f"wrote {shown} and {display_path(record)}")
+
+
+@triton_app.command("verify")
+def verify(
+    url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+) -> None:
+    """Compare a running Triton's repository index with the declared version policies."""
+    from tritonclient.grpc import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    from gpuinfra.addons import triton as spec
+
+    settings, _, source, _ = _source(stack, site)
+    try:
+        index = InferenceServerClient(url).get_model_repository_index().models
+    except InferenceServerException as failed:
+        raise CheckFailed([f"Triton at {url}: {failed.message()}"]) from None
+    entries = [(m.name, int(m.version), m.state) for m in index if m.version]
+    problems = spec.index_problems(list(settings.models), entries)
+    for name, version, state in sorted(entries):
+        say(f"{name} {version}: {state}")
+    if problems:
+        raise CheckFailed(f"{url}: {p}" for p in problems)
+    say(f"{url}: every model of {source} serves the versions its policy declares")
+
+
+def _record(path: Path, result: Result) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.document(), indent=2) + "\n", "utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `gpuinfra` app."""
+    app.add_typer(triton_app, name="triton")

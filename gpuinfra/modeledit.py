@@ -1,0 +1,105 @@
+"""Write a Triton model's settings into the stack or site file that declares it.
+
+The file is edited round-trip (ruamel.yaml): comments, key order and every other setting stay
+as they were, so the change reads as a small diff in review. The edited model is validated
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from gpuinfra.addons.triton import TritonModel
+from gpuinfra.errors import UsageError
+from gpuinfra.loading import display_path, validate
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """Where a model is declared: the file, and the models list's key path in it."""
+
+    path: Path
+    keys: tuple[str, ...]
+    camel: bool
+
+    @classmethod
+    def stack(cls, path: Path) -> ModelFile:
+        return cls(path, ("config", "gpuinfra:addons", "triton", "models"), camel=True)
+
+    @classmethod
+    def site(cls, path: Path) -> ModelFile:
+        return cls(path, ("triton_models",), camel=False)
+
+
+def _yaml() -> YAML:
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 100
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml
+
+
+def _key(name: str, camel: bool) -> str:
+    if not camel:
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _models(document: Any, where: ModelFile) -> list[Any]:
+    node = document
+    for key in where.keys:
+        if not isinstance(node, dict) or key not in node:
+            raise UsageError(f"{display_path(where.path)}: no {'.'.join(where.keys)} to edit")
+        node = node[key]
+    if not isinstance(node, list):
+        raise UsageError(f"{display_path(where.path)}: {'.'.join(where.keys)} is not a list")
+    return node
+
+
+def _set(target: Any, values: dict[str, Any], camel: bool) -> None:
+    for name, value in values.items():
+        key = _key(name, camel)
+        if isinstance(value, dict):
+            if not isinstance(target.get(key), dict):
+                target[key] = CommentedMap()
+            _set(target[key], value, camel)
+        elif value is None:
+            target.pop(key, None)
+        elif isinstance(value, list):
+            # A short list of numbers, written on one line as the files write them.
+            items = CommentedSeq(value)
+            items.fa.set_flow_style()
+            target[key] = items
+        else:
+            target[key] = value
+
+
+def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str]:
+    """The file's text before and after setting ``values`` (snake_case, nested) on ``model``.
+
+    Nothing is written: the caller writes the new text once it has shown the change.
+    """
+    before = where.path.read_text("utf-8")
+    yaml = _yaml()
+    document = yaml.load(before)
+    models = _models(document, where)
+    found = [m for m in models if isinstance(m, dict) and m.get("name") == model]
+    if not found:
+        names = ", ".join(str(m.get("name")) for m in models if isinstance(m, dict))
+        raise UsageError(
+            f"{display_path(where.path)}: no model {model!r} in {'.'.join(where.keys)} "
+            f"(models: {names or 'none'})"
+        )
+    _set(found[0], values, where.camel)
+    index = models.index(found[0])
+    validate(TritonModel, dict(found[0]), display_path(where.path), f"{where.keys[-1]}[{index}]")
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    return before, buffer.getvalue()
