@@ -76,6 +76,9 @@ DEBOOTSTRAP_TIMEOUT = 1200
 # How long a lab converge waits for the apt proxy and the stand-in repository to answer.
 SOURCES_TIMEOUT = 10
 _INVENTORY_HEADER = "# Written by `gpuinfra lab up`"
+# The lab's throwaway hosts get new host keys each time they are built, on ports that earlier
+# labs used: their connections skip the known_hosts check. No other inventory gets these options.
+LAB_SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 
 
 @dataclass(frozen=True)
@@ -494,6 +497,9 @@ def write_inventory(settings: Settings, lab_hosts: list[Host], repo_url: str) ->
                     "vars": {
                         "ansible_user": "root",
                         "ansible_ssh_private_key_file": str(settings.key_file),
+                        # Lab hosts are rebuilt with new host keys on the same loopback ports:
+                        # only this inventory skips the known_hosts check (ansible.cfg keeps it).
+                        "ansible_ssh_common_args": LAB_SSH_ARGS,
                         "nvidia_container_toolkit_repo_url": repo_url,
                         "nvidia_container_toolkit_repo_key_url": repo_url + "gpgkey",
                     },
