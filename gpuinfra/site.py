@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuinfra import inputs
 from gpuinfra import versions as versions_mod
 from gpuinfra.errors import ConfigError, Problem, UsageError
 from gpuinfra.loading import display_path, load_yaml
@@ -122,6 +123,8 @@ def check_vars(
                     f"(allowed: {allowed(choices)})",
                 )
             )
+        elif why := inputs.problem(key, value):
+            problems.append(Problem(file, key, why))
     return problems
 
 

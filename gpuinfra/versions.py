@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuinfra import inputs
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml, validate
 from gpuinfra.paths import repo_root
@@ -35,6 +36,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SigningKey(Strict):
+    """The key a package repository is signed with: where it is fetched, and what it must be."""
+
+    url: str
+    fingerprint: str
+
+
 class Source(Strict):
     """Where a pinned artefact is fetched from."""
 
@@ -47,6 +55,7 @@ class Source(Strict):
     chart: str | None = None
     image: str | None = None
     ami_type: str | None = None
+    signing_key: SigningKey | None = None
 
     @model_validator(mode="after")
     def _required_fields(self) -> Source:
@@ -196,6 +205,32 @@ def pin_problem(value: str, name: str) -> str | None:
     return None
 
 
+def _source_problems(name: str, source: Source) -> list[RuleProblem]:
+    """A package source's URLs are plain, and a vendor repository's key is pinned."""
+    found: list[RuleProblem] = []
+    if source.type not in ("apt", "dnf"):
+        return found
+    if why := inputs.repo_url_problem(source.repository):
+        found.append(RuleProblem(key=f"{name}.source.repository", message=why))
+    key = source.signing_key
+    if key is None:
+        # A distribution's own archive (a suite) is signed by the keyring the OS ships.
+        if source.suite is None:
+            found.append(
+                RuleProblem(
+                    key=f"{name}.source.signing_key",
+                    message="a vendor repository needs its signing key: url (https) and "
+                    "fingerprint",
+                )
+            )
+        return found
+    if why := inputs.key_url_problem(key.url):
+        found.append(RuleProblem(key=f"{name}.source.signing_key.url", message=why))
+    if why := inputs.fingerprint_problem(key.fingerprint):
+        found.append(RuleProblem(key=f"{name}.source.signing_key.fingerprint", message=why))
+    return found
+
+
 # --- compatibility tables ------------------------------------------------------------------
 
 # Minimum Linux x86_64 driver for each CUDA toolkit release (GA of each minor version).
@@ -279,6 +314,7 @@ def check(v: Versions) -> list[RuleProblem]:
             pattern, expected = _TAG_FORMATS[name]
             if not pattern.match(comp.tag):
                 add(f"{name}.tag", f"'{comp.tag}' is malformed; expected {expected}")
+        problems.extend(_source_problems(name, comp.source))
         if comp.source.package_version is not None:
             issue = pin_problem(comp.source.package_version, "package")
             if issue and "floats" in issue:

@@ -6,6 +6,7 @@ The play runs against this machine with only the preflight tag: every task it re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -86,3 +87,88 @@ def test_unpinned_toolkit_version_says_to_bump_versions_yaml(tmp_path: Path) -> 
     output = " ".join((result.stdout + result.stderr).split())
     assert "nvidia_container_toolkit 1.99.0 is not the pin (1.20.0," in output
     assert "bump nvidia_container_toolkit in versions.yaml" in output
+
+
+def _toolkit_playbook(tmp_path: Path) -> Path:
+    playbook = tmp_path / "toolkit-only.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "become": True,
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(ROOT / "versions.yaml"),
+                                "name": "gpuinfra_versions",
+                            },
+                            "tags": ["always"],
+                        }
+                    ],
+                    "roles": ["nvidia_container_toolkit"],
+                }
+            ]
+        )
+    )
+    return playbook
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_repository_url_with_a_newline_stops_the_toolkit_in_preflight(tmp_path: Path) -> None:
+    url = "https://mirror.example.internal/deb /\ndeb [trusted=yes] http://evil.example/ /"
+    value = json.dumps({"nvidia_container_toolkit_repo_url": url})
+    result = preflight(tmp_path, value, playbook=str(_toolkit_playbook(tmp_path)))
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_container_toolkit_repo_url:" in output
+    assert "a repository URL is one plain http(s) URL" in output
+    assert not Path("/etc/apt/sources.list.d/nvidia-container-toolkit.list").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_key_over_http_stops_the_driver_in_preflight(tmp_path: Path) -> None:
+    value = json.dumps(
+        {"nvidia_driver_cuda_repo_key_url": "http://mirror.example.internal/3bf863cc.pub"}
+    )
+    result = preflight(tmp_path, value)
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_driver_cuda_repo_key_url:" in output
+    assert "fetched over http; serve the key over https" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_command_in_the_preinstalled_paths_stops_preflight_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    paths = {"nvidia_driver_preinstalled_paths": [f"/usr/local/nvidia/bin$(touch {marker})"]}
+    result = preflight(tmp_path, json.dumps(paths))
+    assert result.returncode != 0
+    assert "nvidia_driver_preinstalled_paths:" in " ".join(result.stdout.split())
+    # Past preflight, the task that searches the paths reads them as data only.
+    playbook = tmp_path / "search.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "gather_facts": False,
+                    "vars": {"_nvidia_driver_version": "580.159.04", **paths},
+                    "tasks": [
+                        {
+                            "ansible.builtin.include_tasks": str(
+                                ROOT / "roles" / "nvidia_driver" / "tasks" / "preinstalled.yml"
+                            )
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    inventory = tmp_path / "hosts.yml"
+    searched = run_playbook_here(tmp_path, "-i", str(inventory), str(playbook))
+    assert "no nvidia-smi is on localhost" in " ".join(searched.stdout.split()), searched.stdout
+    assert not marker.exists()

@@ -50,7 +50,7 @@ def test_ansible_cfg_checks_host_keys() -> None:
 def test_only_the_lab_inventory_relaxes_host_key_checking(tmp_path: Path) -> None:
     settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
     path = lab.write_inventory(
-        settings, [lab.Host("unit-1", 2601, "running")], "http://127.0.0.1:1/"
+        settings, [lab.Host("unit-1", 2601, "running")], "http://127.0.0.1:1/", "0" * 40
     )
     lab_vars = _hostvars(path)["unit-1"]
     assert "StrictHostKeyChecking=no" in lab_vars["ansible_ssh_common_args"]

@@ -49,7 +49,10 @@ def main():
     if MODULE == "k8s_info":
         state = "Open" if args.get("kind") == "Queue" else "ready"
         keys = ("admin-user", "admin-password", "critical", "warning", "info")
-        result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, "")}}]
+        # A Secret's values, as the API server returns them (base64); a test may plant one.
+        planted = os.environ.get("STAND_IN_SECRET_FILE")
+        value = open(planted).read() if planted and args.get("kind") == "Secret" else ""
+        result["resources"] = [{{"status": {{"state": state}}, "data": dict.fromkeys(keys, value)}}]
     if MODULE == "helm_pull":
         chart = os.path.join(args["destination"], args["chart_ref"])
         os.makedirs(os.path.join(chart, "charts", "crds", "crds"))
