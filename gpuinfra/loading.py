@@ -41,6 +41,32 @@ def display_path(path: Path) -> str:
     return str(path)
 
 
+class Vaulted(str):
+    """A value encrypted with Ansible Vault (``!vault |``), as gpuinfra shows it.
+
+    gpuinfra reads inventories without the vault password: it checks the rest of the file and
+    shows the value as ``<vaulted>`` wherever it would show the value (plan, diff, messages).
+    Ansible decrypts it when it runs the playbooks.
+    """
+
+    SHOWN = "<vaulted>"
+
+    def __new__(cls, ciphertext: str = "") -> Vaulted:
+        del ciphertext  # never kept: nothing gpuinfra prints can carry it
+        return super().__new__(cls, cls.SHOWN)
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, with Ansible Vault's tag."""
+
+
+def _vaulted(loader: yaml.SafeLoader, node: yaml.Node) -> Vaulted:
+    return Vaulted(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("!vault", _vaulted)
+
+
 def load_yaml(path: Path) -> Any:
     """Parse one YAML file; a missing file or a syntax error is a ConfigError, not a traceback."""
     shown = display_path(path)
@@ -51,7 +77,8 @@ def load_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError([Problem(shown, "", f"cannot read: {exc.strerror}")]) from None
     try:
-        return yaml.safe_load(text)
+        # A SafeLoader with one more tag: no arbitrary objects.
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

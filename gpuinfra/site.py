@@ -17,7 +17,7 @@ from typing import Any
 from gpuinfra import inputs
 from gpuinfra import versions as versions_mod
 from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import display_path, load_yaml
+from gpuinfra.loading import Vaulted, display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -134,7 +134,8 @@ def _members(value: Any, spec: VarSpec) -> list[Any]:
 
 
 def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
+    # A template, or a vaulted value: only Ansible knows what either holds.
+    return isinstance(value, Vaulted) or (isinstance(value, str) and "{{" in value)
 
 
 def owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
@@ -171,6 +172,9 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     for kind, target, file in files:
         data = load_yaml(file) or {}
         file_shown = display_path(file)
+        if isinstance(data, str) and data.startswith("$ANSIBLE_VAULT;"):
+            # A whole file encrypted with ansible-vault: Ansible reads it, gpuinfra cannot.
+            continue
         if not isinstance(data, dict):
             problems.append(Problem(file_shown, "", "a vars file must be a mapping"))
             continue
