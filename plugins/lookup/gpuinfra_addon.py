@@ -103,6 +103,7 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
             "values": {},
             "objects": [],
             "files": {},
+            "namespace_labels": {},
         }
     chart = render.chart
     chart_data: dict[str, Any] | None = None
@@ -123,4 +124,5 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
         "values": render.values,
         "objects": render.objects,
         "files": dict(render.files),
+        "namespace_labels": {ns: dict(labels) for ns, labels in render.namespace_labels.items()},
     }
