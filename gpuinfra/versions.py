@@ -84,7 +84,15 @@ class Component(Strict):
     source: Source
     # The image or package tag when it is not the plain version (Triton's 26.07-py3).
     tag: str | None = None
+    # An image's content digest (sha256:<64 hex>): the image is then pulled by digest, and a
+    # tag moved on the registry changes nothing.
+    digest: str | None = None
     note: str | None = None
+
+    def image_ref(self) -> str:
+        """The image reference to run: by digest where one is pinned, else by tag."""
+        ref = f"{self.source.image}:{self.tag or self.version}"
+        return f"{ref}@{self.digest}" if self.digest else ref
 
 
 class DriverBuild(Component):
@@ -178,6 +186,7 @@ _DEFAULT_FORMAT = (
     re.compile(r"^v?\d+\.\d+\.\d+([-+~][0-9A-Za-z.+~-]+)?$"),
     "a full version MAJOR.MINOR.PATCH, e.g. 1.20.0",
 )
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _TAG_FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
     "triton": (re.compile(r"^\d{2}\.\d{2}-py3$"), "YY.MM-py3, e.g. 26.07-py3"),
 }
@@ -315,6 +324,10 @@ def check(v: Versions) -> list[RuleProblem]:
             if not pattern.match(comp.tag):
                 add(f"{name}.tag", f"'{comp.tag}' is malformed; expected {expected}")
         problems.extend(_source_problems(name, comp.source))
+        if comp.digest is not None and not _DIGEST.fullmatch(comp.digest):
+            add(f"{name}.digest", f"'{comp.digest}' is not an image digest (sha256:<64 hex>)")
+        if comp.digest is not None and comp.source.type != "image":
+            add(f"{name}.digest", "only an image source takes a digest")
         if comp.source.package_version is not None:
             issue = pin_problem(comp.source.package_version, "package")
             if issue and "floats" in issue:

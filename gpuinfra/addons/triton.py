@@ -242,7 +242,7 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
     repo = settings.model_repository
     if repo is None:
         raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
-    image = f"{versions.triton.source.image}:{versions.triton.tag or versions.triton.version}"
+    image = versions.triton.image_ref()
     health = {"port": "http"}
     container: dict[str, Any] = {
         "name": NAME,
