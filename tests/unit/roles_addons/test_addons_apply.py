@@ -136,9 +136,12 @@ def _index(calls: list[dict[str, Any]], module: str, **args: Any) -> int:
 def _namespace(calls: list[dict[str, Any]], name: str) -> int:
     for i, call in enumerate(calls):
         definition = call["args"].get("definition") or {}
-        if call["module"] == "k8s" and definition.get("kind") == "Namespace":
-            if definition["metadata"]["name"] == name:
-                return i
+        if (
+            call["module"] == "k8s"
+            and definition.get("kind") == "Namespace"
+            and definition["metadata"]["name"] == name
+        ):
+            return i
     raise AssertionError(f"no Namespace {name} applied")
 
 
