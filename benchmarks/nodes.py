@@ -187,10 +187,14 @@ def median_of(samples: list[float]) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def measure(settings: lab.Settings, count: int, url: str, repeat: int) -> dict[str, Any]:
+def measure(
+    settings: lab.Settings, count: int, server: aptrepo.Server, repeat: int
+) -> dict[str, Any]:
     lab.down(settings)
     parallel = count if count > 1 else 0
-    started = lab.up(settings, count + 2 + parallel, repo_url=url)
+    started = lab.up(
+        settings, count + 2 + parallel, repo_url=server.url, repo_fingerprint=server.fingerprint
+    )
     donor, nodes = started[0], started[1 : count + 1]
     floor, floors = started[count + 1], started[count + 2 :]
     limit = ",".join(h.name for h in nodes)
@@ -271,7 +275,7 @@ def run_all(
     with aptrepo.serving(repo) as server:
         try:
             for count in counts:
-                row = measure(settings, count, server.url, repeat)
+                row = measure(settings, count, server, repeat)
                 results.append(row)
                 print(
                     f"N={count}: first {row['first_converge_s']}s (apt per host: "

@@ -54,13 +54,18 @@ class ClusterAddons(pulumi.ComponentResource):
                 parent=self, provider=args.provider, depends_on=list(previous)
             )
 
-            def namespace(ns: str, opts: pulumi.ResourceOptions = on_cluster) -> pulumi.Resource:
+            def namespace(
+                ns: str,
+                opts: pulumi.ResourceOptions = on_cluster,
+                render: AddonRender = render,
+            ) -> pulumi.Resource:
                 # Once each, where first named: as a release's, a Secret's or an object's
                 # namespace (Kueue's LocalQueues live in the team namespaces).
                 if ns not in namespaces:
+                    labels = {**MANAGED_BY, **render.namespace_labels.get(ns, {})}
                     namespaces[ns] = k8s.core.v1.Namespace(
                         f"{name}-ns-{ns}",
-                        metadata={"name": ns, "labels": dict(MANAGED_BY)},
+                        metadata={"name": ns, "labels": labels},
                         opts=opts,
                     )
                 return namespaces[ns]

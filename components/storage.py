@@ -30,6 +30,10 @@ class FsxArgs:
     throughput_per_tib: int = 125
     link_model_bucket: bool = True
     mount_path: str = "/models"
+    # Write files created or changed under the mount back into the bucket Triton serves from.
+    # Off by default: any writer of the file system would then publish models. Deletions are
+    # never exported, so removing a file on Lustre never deletes a served model.
+    export_to_bucket: bool = False
 
 
 @dataclass
@@ -129,18 +133,37 @@ class GpuStorage(pulumi.ComponentResource):
                 opts=child,
             )
             if args.fsx.link_model_bucket:
-                aws.fsx.DataRepositoryAssociation(
+                export = args.fsx.export_to_bucket
+                s3 = aws.fsx.DataRepositoryAssociationS3Args(
+                    auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                        events=["NEW", "CHANGED", "DELETED"]
+                    ),
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                        events=["NEW", "CHANGED"]
+                    )
+                    if export
+                    else None,
+                )
+                link = aws.fsx.DataRepositoryAssociation(
                     f"{name}-fsx-models",
                     file_system_id=fsx.id,
                     file_system_path=args.fsx.mount_path,
                     data_repository_path=bucket.bucket.apply(lambda b: f"s3://{b}/"),
                     batch_import_meta_data_on_create=True,
-                    s3={
-                        "auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                        "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                    },
+                    s3=s3,
                     tags=tags,
                     opts=child,
+                )
+                # The association reads (and with export, writes) the bucket's objects through
+                # a service-linked role made for this file system, which the bucket's key must
+                # name: KMS checks that a principal exists, so the policy follows the link.
+                aws.kms.KeyPolicy(
+                    f"{name}-key-policy",
+                    key_id=key.id,
+                    policy=pulumi.Output.all(key.arn, fsx.id).apply(
+                        lambda a: _key_policy(a[0], a[1], export)
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[link]),
                 )
             self.fsx_id = fsx.id
             self.fsx_dns_name = fsx.dns_name
@@ -179,6 +202,46 @@ def _findings(args: GpuStorageArgs) -> list[Finding]:
                 )
             )
     return found
+
+
+def _key_policy(key_arn: str, file_system_id: str, export: bool) -> str:
+    """The key's policy: the account administers it through IAM (KMS's default statement), and
+    the file system's S3 service-linked role uses it, through S3 only."""
+    _, partition, _, region, account = key_arn.split(":")[:5]
+    role = (
+        f"arn:{partition}:iam::{account}:role/aws-service-role/"
+        f"s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_{file_system_id}"
+    )
+    actions = ["kms:Decrypt", "kms:DescribeKey"]
+    if export:
+        actions += ["kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "AccountAdministersThroughIam",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
+                    "Action": "kms:*",
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "FsxDataRepositoryReadsTheBucket",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": role},
+                    "Action": actions,
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {
+                            "kms:ViaService": f"s3.{region}.amazonaws.com",
+                            "kms:CallerAccount": account,
+                        }
+                    },
+                },
+            ],
+        }
+    )
 
 
 def _tls_only_policy(bucket_arn: str) -> str:

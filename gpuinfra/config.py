@@ -206,6 +206,8 @@ class FsxConfig(CamelModel):
     storage_capacity_gib: int = Field(default=1200, ge=1200)
     throughput_per_tib: Literal[125, 250, 500, 1000] = 125
     link_model_bucket: bool = True
+    # Files written under the mount go back to the model bucket only when asked (never deletes).
+    export_to_bucket: bool = False
 
     @field_validator("storage_capacity_gib")
     @classmethod

@@ -64,6 +64,25 @@ def display_path(path: Path) -> str:
     return excerpt(shown, 120)
 
 
+class Vaulted(str):
+    """A value encrypted with Ansible Vault (``!vault |``), as gpuinfra shows it.
+
+    gpuinfra reads inventories without the vault password: it checks the rest of the file and
+    shows the value as ``<vaulted>`` wherever it would show the value (plan, diff, messages).
+    Ansible decrypts it when it runs the playbooks.
+    """
+
+    SHOWN = "<vaulted>"
+
+    def __new__(cls, ciphertext: str = "") -> Vaulted:
+        del ciphertext  # never kept: nothing gpuinfra prints can carry it
+        return super().__new__(cls, cls.SHOWN)
+
+
+def _vaulted(loader: yaml.SafeLoader, node: yaml.Node) -> Vaulted:
+    return Vaulted(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+
+
 _ERRNO_WORDS = {
     errno.ENOENT: "file not found",
     errno.EACCES: "permission denied: cannot read it",
@@ -199,6 +218,10 @@ class _Loader(yaml.SafeLoader):
                     )
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+# Ansible Vault's tag: the value is read as <vaulted>, never decrypted.
+_Loader.add_constructor("!vault", _vaulted)
 
 
 def _expanded_size(root: Node) -> int:

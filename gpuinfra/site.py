@@ -15,9 +15,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuinfra import inputs
 from gpuinfra import versions as versions_mod
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
-from gpuinfra.loading import MAX_DEPTH, display_path, is_dir, is_file, list_dir, load_yaml
+from gpuinfra.loading import MAX_DEPTH, Vaulted, display_path, is_dir, is_file, list_dir, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, did_you_mean
 
@@ -190,6 +191,8 @@ def _checked(
                     f"(allowed: {allowed(choices)})",
                 )
             )
+        elif why := inputs.problem(key, value):
+            problems.append(Problem(file, key, why))
     return problems, converted
 
 
@@ -208,7 +211,8 @@ def _members(value: Any, spec: VarSpec) -> list[Any]:
 
 
 def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
+    # A template, or a vaulted value: only Ansible knows what either holds.
+    return isinstance(value, Vaulted) or (isinstance(value, str) and "{{" in value)
 
 
 def owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
@@ -300,6 +304,9 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             problems.extend(exc.problems)
             continue
         if data is None:
+            continue
+        if isinstance(data, str) and data.startswith("$ANSIBLE_VAULT;"):
+            # A whole file encrypted with ansible-vault: Ansible reads it, gpuinfra cannot.
             continue
         if not isinstance(data, dict):
             problems.append(Problem(file_shown, "", "a vars file must be a mapping"))

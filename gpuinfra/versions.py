@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuinfra import inputs
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml, validate
 from gpuinfra.paths import repo_root
@@ -35,6 +36,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SigningKey(Strict):
+    """The key a package repository is signed with: where it is fetched, and what it must be."""
+
+    url: str
+    fingerprint: str
+
+
 class Source(Strict):
     """Where a pinned artefact is fetched from."""
 
@@ -47,6 +55,7 @@ class Source(Strict):
     chart: str | None = None
     image: str | None = None
     ami_type: str | None = None
+    signing_key: SigningKey | None = None
 
     @model_validator(mode="after")
     def _required_fields(self) -> Source:
@@ -75,7 +84,15 @@ class Component(Strict):
     source: Source
     # The image or package tag when it is not the plain version (Triton's 26.07-py3).
     tag: str | None = None
+    # An image's content digest (sha256:<64 hex>): the image is then pulled by digest, and a
+    # tag moved on the registry changes nothing.
+    digest: str | None = None
     note: str | None = None
+
+    def image_ref(self) -> str:
+        """The image reference to run: by digest where one is pinned, else by tag."""
+        ref = f"{self.source.image}:{self.tag or self.version}"
+        return f"{ref}@{self.digest}" if self.digest else ref
 
 
 class DriverBuild(Component):
@@ -181,6 +198,7 @@ _DEFAULT_FORMAT = (
     re.compile(r"^v?\d+\.\d+\.\d+([-+~][0-9A-Za-z.+~-]+)?$"),
     "a full version MAJOR.MINOR.PATCH, e.g. 1.20.0",
 )
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _TAG_FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
     "triton": (re.compile(r"^\d{2}\.\d{2}-py3$"), "YY.MM-py3, e.g. 26.07-py3"),
 }
@@ -206,6 +224,32 @@ def pin_problem(value: str, name: str) -> str | None:
     if not pattern.match(text):
         return f"'{value}' is malformed; expected {expected}"
     return None
+
+
+def _source_problems(name: str, source: Source) -> list[RuleProblem]:
+    """A package source's URLs are plain, and a vendor repository's key is pinned."""
+    found: list[RuleProblem] = []
+    if source.type not in ("apt", "dnf"):
+        return found
+    if why := inputs.repo_url_problem(source.repository):
+        found.append(RuleProblem(key=f"{name}.source.repository", message=why))
+    key = source.signing_key
+    if key is None:
+        # A distribution's own archive (a suite) is signed by the keyring the OS ships.
+        if source.suite is None:
+            found.append(
+                RuleProblem(
+                    key=f"{name}.source.signing_key",
+                    message="a vendor repository needs its signing key: url (https) and "
+                    "fingerprint",
+                )
+            )
+        return found
+    if why := inputs.key_url_problem(key.url):
+        found.append(RuleProblem(key=f"{name}.source.signing_key.url", message=why))
+    if why := inputs.fingerprint_problem(key.fingerprint):
+        found.append(RuleProblem(key=f"{name}.source.signing_key.fingerprint", message=why))
+    return found
 
 
 # --- compatibility tables ------------------------------------------------------------------
@@ -291,6 +335,11 @@ def check(v: Versions) -> list[RuleProblem]:
             pattern, expected = _TAG_FORMATS[name]
             if not pattern.match(comp.tag):
                 add(f"{name}.tag", f"'{comp.tag}' is malformed; expected {expected}")
+        problems.extend(_source_problems(name, comp.source))
+        if comp.digest is not None and not _DIGEST.fullmatch(comp.digest):
+            add(f"{name}.digest", f"'{comp.digest}' is not an image digest (sha256:<64 hex>)")
+        if comp.digest is not None and comp.source.type != "image":
+            add(f"{name}.digest", "only an image source takes a digest")
         if comp.source.package_version is not None:
             issue = pin_problem(comp.source.package_version, "package")
             if issue and "floats" in issue:

@@ -57,6 +57,7 @@ def main(
                 storage_capacity_gib=fsx.storage_capacity_gib,
                 throughput_per_tib=fsx.throughput_per_tib,
                 link_model_bucket=fsx.link_model_bucket,
+                export_to_bucket=fsx.export_to_bucket,
             )
             if fsx.enabled
             else None,

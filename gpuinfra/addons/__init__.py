@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gpuinfra import versions as versions_mod
-from gpuinfra.addons import gpu_operator, kueue, prometheus_stack, triton, volcano
+from gpuinfra.addons import gpu_operator, isolation, kueue, prometheus_stack, triton, volcano
 from gpuinfra.addons.base import AddonRender, AddonSettings, Chart, Settings
 from gpuinfra.addons.gpu_operator import GpuOperatorSettings
 from gpuinfra.addons.kueue import KueueSettings
@@ -196,7 +196,7 @@ def render(
 ) -> AddonRender:
     """Everything one add-on applies, from its settings and the pinned versions."""
     parsed = parse_settings(addon, settings, file=file)
-    return _SPECS[addon][1](parsed, versions or versions_mod.pinned())
+    return _isolated(addon, parsed, versions or versions_mod.pinned())
 
 
 def render_all(settings: AddonsSettings, *, versions: Versions | None = None) -> list[AddonRender]:
@@ -206,8 +206,15 @@ def render_all(settings: AddonsSettings, *, versions: Versions | None = None) ->
     for addon in ADDONS:
         addon_settings: AddonSettings = getattr(settings, addon)
         if addon_settings.enabled:
-            renders.append(_SPECS[addon][1](addon_settings, pins))
+            renders.append(_isolated(addon, addon_settings, pins))
     return renders
+
+
+def _isolated(addon: str, settings: AddonSettings, pins: Versions) -> AddonRender:
+    """The spec's render, its namespaces labelled and fenced (gpuinfra/addons/isolation.py)."""
+    repo = getattr(settings, "model_repository", None)
+    s3 = bool(getattr(repo, "s3", None))
+    return isolation.isolate(_SPECS[addon][1](settings, pins), pins, s3=s3)
 
 
 __all__ = [

@@ -171,6 +171,9 @@ class AddonRender:
     # Secrets the Pulumi path generates before the release; never part of objects (which the
     # Ansible roles apply) nor of the rendered files.
     secrets: list[GeneratedSecret] = field(default_factory=list)
+    # Labels of each namespace the add-on creates (Pod Security, Kueue's queue), by name
+    # (gpuinfra/addons/isolation.py).
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Objects it reads that no apply creates (a site provides them).
     prerequisites: list[Prerequisite] = field(default_factory=list)
 

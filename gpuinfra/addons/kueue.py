@@ -22,6 +22,7 @@ from gpuinfra.addons.base import (
     enabled_field,
     metadata,
 )
+from gpuinfra.addons.isolation import QUEUE_LABEL
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
@@ -140,7 +141,9 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
         )
     spec: dict[str, Any] = {
         "cohortName": settings.cohort,
-        "namespaceSelector": {},
+        # Only the team namespaces this add-on labels (each with a LocalQueue): an empty selector
+        # would admit workloads from every namespace of the cluster.
+        "namespaceSelector": {"matchLabels": {QUEUE_LABEL: settings.cluster_queue}},
         "queueingStrategy": "BestEffortFIFO",
         "preemption": {
             "reclaimWithinCohort": "Any",

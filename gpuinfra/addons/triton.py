@@ -361,6 +361,23 @@ def config_hash(models: Iterable[TritonModel]) -> str:
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The NGC image's own unprivileged user (triton-server, 1000); fsGroup lets it read a PVC.
+TRITON_UID = 1000
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": TRITON_UID,
+    "runAsGroup": TRITON_UID,
+    "fsGroup": TRITON_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
 def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
@@ -385,6 +402,9 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
     if repo is None:
         raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
     image = f"{versions.triton.source.image}:{versions.triton.image_tag(settings.image_variant)}"
+    # A pinned digest is the default tag's: the variants run by tag.
+    if versions.triton.digest and settings.image_variant == "default":
+        image = f"{image}@{versions.triton.digest}"
     health = {"port": "http"}
     container: dict[str, Any] = {
         "name": NAME,
@@ -419,14 +439,27 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
             "periodSeconds": 5,
             "failureThreshold": 3,
         },
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": CONTAINER_SECURITY,
     }
     # Python backends and ensembles pass tensors through shared memory; the 64 MiB default
-    # makes them fail under load.
+    # makes them fail under load. /tmp is the one place the server writes (an S3 repository is
+    # downloaded there, the Python backend keeps its stubs' files there): the root is read-only.
+    # No size limit on it: a downloaded repository is as large as its models.
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}}
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
+        {"name": "tmp", "emptyDir": {}},
     ]
-    pod: dict[str, Any] = {"tolerations": [GPU_TOLERATION]}
+    pod: dict[str, Any] = {
+        "tolerations": [GPU_TOLERATION],
+        "securityContext": POD_SECURITY,
+        # The server never calls the Kubernetes API. S3 credentials come from Pod Identity or
+        # IRSA, which mount their own token.
+        "automountServiceAccountToken": False,
+    }
     if repo.pvc:
         container["volumeMounts"].append(
             {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}

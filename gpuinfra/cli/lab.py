@@ -153,6 +153,12 @@ def converge(
     report_json: Annotated[
         Path | None, typer.Option(help="Also write recap and node check reports here")
     ] = None,
+    vault_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Decrypts the site's Ansible Vault values (or ANSIBLE_VAULT_PASSWORD_FILE)"
+        ),
+    ] = None,
 ) -> None:
     """Run a playbook on a site with a live view; end with the recap and node check tables."""
     from gpuinfra import site as site_mod
@@ -174,6 +180,7 @@ def converge(
                 site_dir / "hosts.yml",
                 limit=limit,
                 on_event=lambda _e, p: live.update(_live_view(p, started)),
+                vault_password_file=vault_password_file,
             )
     else:
         shown: dict[str, str] = {}
@@ -182,6 +189,7 @@ def converge(
             site_dir / "hosts.yml",
             limit=limit,
             on_event=lambda e, p: _log_line(out, e, p, started, shown),
+            vault_password_file=vault_password_file,
         )
     out.print(recap_table(result))
     for host, report in sorted(result.reports.items()):

@@ -80,6 +80,9 @@ DEBOOTSTRAP_TIMEOUT = 1200
 # How long a lab converge waits for the apt proxy and the stand-in repository to answer.
 SOURCES_TIMEOUT = 10
 _INVENTORY_HEADER = "# Written by `gpuinfra lab up`"
+# The lab's throwaway hosts get new host keys each time they are built, on ports that earlier
+# labs used: their connections skip the known_hosts check. No other inventory gets these options.
+LAB_SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 
 
 @dataclass(frozen=True)
@@ -350,15 +353,25 @@ def _wait_for(ready: Callable[[], bool], seconds: float, what: str) -> None:
 # --- stand-in toolkit repository (for the lab's own use) ------------------------------------
 
 
-def _start_repo_server(settings: Settings) -> str:
-    """Build the stand-in toolkit repository and serve it from a detached process."""
+def _start_repo_server(settings: Settings) -> tuple[str, str]:
+    """Build the stand-in toolkit repository and serve it from a detached process: its URL and
+    the fingerprint of the key that signs it."""
     from gpuinfra.lab import aptrepo
 
     state = _load_state(settings)
     pid = state.get("repo_pid")
-    if isinstance(pid, int) and str(settings.state_dir / "aptrepo") in _cmdline(pid):
-        return str(state["repo_url"])
-    repo = aptrepo.build(settings.state_dir / "aptrepo")
+    if (
+        isinstance(pid, int)
+        and str(settings.state_dir / "aptrepo") in _cmdline(pid)
+        and state.get("repo_fingerprint")
+    ):
+        return str(state["repo_url"]), str(state["repo_fingerprint"])
+    _stop_repo_server(settings)
+    state = _load_state(settings)
+    # The key lives beside the repository and is reused while it is valid (aptrepo.KEY_LIFETIME).
+    repo = aptrepo.build(
+        settings.state_dir / "aptrepo", key_home=settings.state_dir / "aptrepo-key"
+    )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -380,8 +393,11 @@ def _start_repo_server(settings: Settings) -> str:
     )
     _wait_for(lambda: _listening(port), 20, f"the toolkit repository on 127.0.0.1:{port}")
     url = f"http://127.0.0.1:{port}/"
-    _save_state(settings, {**state, "repo_pid": proc.pid, "repo_url": url})
-    return url
+    _save_state(
+        settings,
+        {**state, "repo_pid": proc.pid, "repo_url": url, "repo_fingerprint": repo.fingerprint},
+    )
+    return url, repo.fingerprint
 
 
 def _stop_repo_server(settings: Settings) -> bool:
@@ -504,8 +520,14 @@ def wait_ssh(settings: Settings, host: Host, seconds: float = 90) -> None:
     _wait_for(answers, seconds, f"sshd of {host.name} on 127.0.0.1:{host.port}")
 
 
-def write_inventory(settings: Settings, lab_hosts: list[Host], repo_url: str) -> Path:
-    """hosts.yml for the lab; group_vars come from inventory/lab/ (committed, shared)."""
+def write_inventory(
+    settings: Settings, lab_hosts: list[Host], repo_url: str, repo_fingerprint: str
+) -> Path:
+    """hosts.yml for the lab; group_vars come from inventory/lab/ (committed, shared).
+
+    The stand-in repository is signed by the lab's own key: the site pins that key's
+    fingerprint, as a site with a mirror that signs with its own key would.
+    """
     inventory = settings.inventory_dir
     inventory.mkdir(parents=True, exist_ok=True)
     shared_vars = settings.root / "inventory" / "lab" / "group_vars"
@@ -523,8 +545,12 @@ def write_inventory(settings: Settings, lab_hosts: list[Host], repo_url: str) ->
                     "vars": {
                         "ansible_user": "root",
                         "ansible_ssh_private_key_file": str(settings.key_file),
+                        # Lab hosts are rebuilt with new host keys on the same loopback ports:
+                        # only this inventory skips the known_hosts check (ansible.cfg keeps it).
+                        "ansible_ssh_common_args": LAB_SSH_ARGS,
                         "nvidia_container_toolkit_repo_url": repo_url,
                         "nvidia_container_toolkit_repo_key_url": repo_url + "gpgkey",
+                        "nvidia_container_toolkit_repo_key_fingerprint": repo_fingerprint,
                     },
                 }
             }
@@ -608,8 +634,15 @@ def up(
     count: int,
     repo_url: str | None = None,
     log: Callable[[str], None] = lambda _: None,
+    repo_fingerprint: str | None = None,
 ) -> list[Host]:
-    """Start ``count`` hosts (keeping running ones), wait for SSH, write the inventory."""
+    """Start ``count`` hosts (keeping running ones), wait for SSH, write the inventory.
+
+    ``repo_url`` with ``repo_fingerprint`` names a stand-in repository served elsewhere (the
+    tests'); without them the lab builds and serves its own.
+    """
+    if (repo_url is None) != (repo_fingerprint is None):
+        raise UsageError("a stand-in repository URL needs the fingerprint of its key, and back")
     if not 1 <= count <= 32:
         raise UsageError(f"--hosts {count}: allowed 1-32")
     if os.geteuid() != 0:
@@ -631,8 +664,9 @@ def up(
         wanted.append(host)
     for host in wanted:
         wait_ssh(settings, host)
-    url = repo_url or _start_repo_server(settings)
-    write_inventory(settings, wanted, url)
+    if repo_url is None or repo_fingerprint is None:
+        repo_url, repo_fingerprint = _start_repo_server(settings)
+    write_inventory(settings, wanted, repo_url, repo_fingerprint)
     return wanted
 
 

@@ -3,7 +3,7 @@
 NVIDIA's repositories are out of reach from the lab, and an air-gapped site points the
 ``nvidia_container_toolkit`` role at a mirror anyway. This module builds that mirror: packages
 named and versioned exactly as versions.yaml pins NVIDIA's, a flat repository (``Packages``,
-``Release``, ``InRelease`` signed with a throwaway key, the key exported as ``gpgkey``) and an
+``Release``, ``InRelease`` signed with a stand-in key, the key exported as ``gpgkey``) and an
 HTTP server bound to 127.0.0.1.
 
 The packages carry small stand-ins for the binaries the role calls: ``nvidia-ctk`` writes a real
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -190,6 +191,8 @@ class Repository:
     path: Path
     packages: tuple[str, ...]
     package_version: str
+    # Of the key that signs it: what the lab's site pins.
+    fingerprint: str
 
     @property
     def key_file(self) -> Path:
@@ -249,38 +252,96 @@ def _release(repo: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sign(repo: Path) -> None:
+# The stand-in key outlives any lab: a lab's site pins its fingerprint, and a key that expired
+# under a running lab would make apt refuse the repository while the pin still matched. It is
+# made once per key directory and kept; within KEY_RENEW_DAYS of its expiry a new one is made,
+# and the lab's site then pins the new fingerprint (the role writes the keyring again).
+KEY_LIFETIME = "2y"
+KEY_RENEW_DAYS = 30
+
+
+def _gpg(home: Path) -> list[str]:
+    return ["gpg", "--batch", "--quiet", "--homedir", str(home), "--pinentry-mode", "loopback"]
+
+
+def _key_expiry(home: Path) -> float | None:
+    """When the stand-in key in ``home`` expires (epoch seconds), or None when there is none."""
+    if not (home / "pubring.kbx").exists():
+        return None
+    listed = subprocess.run(
+        [*_gpg(home), "--with-colons", "--list-secret-keys", _KEY_UID],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in listed.stdout.splitlines():
+        fields = line.split(":")
+        if fields[0] == "sec" and fields[1] not in ("e", "r", "d"):
+            return float(fields[6]) if fields[6] else float("inf")
+    return None
+
+
+def signing_key(home: Path) -> Path:
+    """A gpg home holding a valid stand-in signing key, made when missing or about to expire."""
+    expiry = _key_expiry(home)
+    if expiry is None or expiry - time.time() < KEY_RENEW_DAYS * 86400:
+        if home.exists():
+            shutil.rmtree(home)
+        home.mkdir(parents=True, mode=0o700)
+        gpg = _gpg(home)
+        _run(
+            [*gpg, "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign", KEY_LIFETIME]
+        )
+    return home
+
+
+def fingerprint(key_file: Path) -> str:
+    """The fingerprint of the one primary key in an exported key file."""
     with tempfile.TemporaryDirectory(prefix="gpuinfra-gpg-") as home:
-        gpg = ["gpg", "--batch", "--quiet", "--homedir", home, "--pinentry-mode", "loopback"]
-        _run([*gpg, "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign", "1d"])
-        _run([*gpg, "--armor", "--output", str(repo / KEY_FILE), "--export", _KEY_UID])
-        _run(
-            [
-                *gpg,
-                "--local-user",
-                _KEY_UID,
-                "--clearsign",
-                "--output",
-                str(repo / "InRelease"),
-                str(repo / "Release"),
-            ]
-        )
-        _run(
-            [
-                *gpg,
-                "--local-user",
-                _KEY_UID,
-                "--armor",
-                "--detach-sign",
-                "--output",
-                str(repo / "Release.gpg"),
-                str(repo / "Release"),
-            ]
-        )
+        shown = _run([*_gpg(Path(home)), "--with-colons", "--show-keys", str(key_file)])
+    fingerprints = [
+        line.split(":")[9] for line in shown.stdout.decode().splitlines() if line.startswith("fpr:")
+    ]
+    # The first fpr line follows the primary key (pub); later ones belong to subkeys.
+    return fingerprints[0]
 
 
-def build(dest: Path, versions: versions_mod.Versions | None = None) -> Repository:
-    """Build the signed flat repository of the pinned toolkit packages into ``dest``."""
+def _sign(repo: Path, home: Path) -> None:
+    gpg = _gpg(home)
+    _run([*gpg, "--armor", "--output", str(repo / KEY_FILE), "--export", _KEY_UID])
+    _run(
+        [
+            *gpg,
+            "--local-user",
+            _KEY_UID,
+            "--clearsign",
+            "--output",
+            str(repo / "InRelease"),
+            str(repo / "Release"),
+        ]
+    )
+    _run(
+        [
+            *gpg,
+            "--local-user",
+            _KEY_UID,
+            "--armor",
+            "--detach-sign",
+            "--output",
+            str(repo / "Release.gpg"),
+            str(repo / "Release"),
+        ]
+    )
+
+
+def build(
+    dest: Path, versions: versions_mod.Versions | None = None, key_home: Path | None = None
+) -> Repository:
+    """Build the signed flat repository of the pinned toolkit packages into ``dest``.
+
+    The signing key is kept in ``key_home`` (default: ``<dest>.key`` beside it) and reused by
+    the next build there, so a rebuilt repository keeps the fingerprint its site pins.
+    """
     pins = versions or versions_mod.pinned()
     toolkit = pins.nvidia_container_toolkit
     package_version = toolkit.source.package_version or f"{toolkit.version}-1"
@@ -295,8 +356,10 @@ def build(dest: Path, versions: versions_mod.Versions | None = None) -> Reposito
     (dest / "Packages").write_bytes(scanned)
     (dest / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
     (dest / "Release").write_text(_release(dest))
-    _sign(dest)
-    return Repository(dest, tuple(p.name for p in packages), package_version)
+    _sign(dest, signing_key(key_home or dest.with_name(dest.name + ".key")))
+    return Repository(
+        dest, tuple(p.name for p in packages), package_version, fingerprint(dest / KEY_FILE)
+    )
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -308,6 +371,7 @@ class Server:
     """The repository over HTTP on 127.0.0.1; port 0 picks a free one."""
 
     def __init__(self, directory: Path, port: int = 0) -> None:
+        self.directory = directory
         handler = functools.partial(_QuietHandler, directory=str(directory))
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -323,6 +387,11 @@ class Server:
     @property
     def key_url(self) -> str:
         return self.url + KEY_FILE
+
+    @property
+    def fingerprint(self) -> str:
+        """Of the key the served repository is signed with."""
+        return fingerprint(self.directory / KEY_FILE)
 
     def start(self) -> Server:
         self._thread.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -265,8 +266,13 @@ def converge(
     tags: str | None = None,
     on_event: Callable[[Event, Progress], None] | None = None,
     root: Path | None = None,
+    vault_password_file: Path | None = None,
 ) -> RunResult:
-    """Run ``playbook`` on ``inventory``; events feed a Progress and then ``on_event``."""
+    """Run ``playbook`` on ``inventory``; events feed a Progress and then ``on_event``.
+
+    ``vault_password_file`` decrypts the inventory's Ansible Vault values (so does
+    ``ANSIBLE_VAULT_PASSWORD_FILE`` in the environment, as for ansible-playbook).
+    """
     root = root or repo_root()
     if not inventory.exists():
         raise UsageError(f"no inventory at {inventory}; for the lab, run `gpuinfra lab up`")
@@ -291,7 +297,17 @@ def converge(
     # run, so each run gets a fresh one; the artifacts (events, stdout) are kept in .lab/.
     with tempfile.TemporaryDirectory(prefix="gpuinfra-runner-") as private, _stoppable() as stop:
         runner = _run(
-            private, root, playbook, inventory, limit, tags, extravars, envvars, handle, stop
+            private,
+            root,
+            playbook,
+            inventory,
+            limit,
+            tags,
+            extravars,
+            envvars,
+            handle,
+            stop,
+            vault_password_file,
         )
     if stop():
         raise Interrupted(
@@ -320,8 +336,17 @@ def _run(
     envvars: dict[str, str],
     handle: Callable[[Event], bool],
     stop: Callable[[], bool],
+    vault_password_file: Path | None = None,
 ) -> Any:
+    if vault_password_file is not None and not vault_password_file.is_file():
+        raise UsageError(f"--vault-password-file {vault_password_file}: no such file")
+    cmdline = (
+        None
+        if vault_password_file is None
+        else f"--vault-password-file {shlex.quote(str(vault_password_file.resolve()))}"
+    )
     return ansible_runner.run(
+        cmdline=cmdline,
         private_data_dir=private,
         artifact_dir=str(root / ".lab" / "runner"),
         project_dir=str(root),

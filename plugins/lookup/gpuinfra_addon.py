@@ -105,6 +105,7 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
             "objects": [],
             "files": {},
             "prerequisites": [],
+            "namespace_labels": {},
         }
     chart = render.chart
     chart_data: dict[str, Any] | None = None
@@ -126,4 +127,5 @@ def _as_data(render: AddonRender | None, addon: str, namespace: str) -> dict[str
         "objects": render.objects,
         "files": dict(render.files),
         "prerequisites": [p.document() for p in render.site_prerequisites()],
+        "namespace_labels": {ns: dict(labels) for ns, labels in render.namespace_labels.items()},
     }

@@ -45,7 +45,9 @@ def lab_settings() -> lab.Settings:
 def lab_hosts(lab_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[list[lab.Host]]:
     # A lab left over from an interrupted session would carry its state into this one.
     lab.down(lab_settings)
-    hosts = lab.up(lab_settings, 3, repo_url=toolkit_repo.url)
+    hosts = lab.up(
+        lab_settings, 3, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint
+    )
     try:
         yield hosts
     finally:

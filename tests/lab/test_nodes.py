@@ -16,7 +16,7 @@ import yaml
 
 from gpuinfra import lab, versions
 from gpuinfra.addons.base import GPU_TAINT, GPU_TYPE_LABEL
-from gpuinfra.lab import runner
+from gpuinfra.lab import aptrepo, runner
 
 from .conftest import CONVERGED, NODE_VARS, host_connection
 
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.lab
 PINS = versions.pinned()
 DRIVER = PINS.driver("distro")
 TOOLKIT = PINS.nvidia_container_toolkit
+TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
 
 
 def test_first_converge_succeeds_on_every_host(first_converge: runner.RunResult) -> None:
@@ -165,6 +166,34 @@ PREF = "/etc/apt/preferences.d/gpuinfra-nvidia-driver.pref"
 UNATTENDED = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-unattended-upgrades"
 NOUVEAU = "/etc/modprobe.d/gpuinfra-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+
+
+def test_a_keyring_holding_another_key_is_written_again_with_the_pinned_one(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+    toolkit_repo: aptrepo.Server,
+    tmp_path: Path,
+) -> None:
+    assert second_converge.ok, second_converge.failures
+    name = CONVERGED[0]
+    host = host_connection(lab_settings, name)
+    # Another key, as a tampered keyring would hold: made here, written on the host.
+    other = aptrepo.build(tmp_path / "other")
+    assert other.fingerprint != toolkit_repo.fingerprint
+    armoured = other.key_file.read_text()
+    host.run_expect([0], f"cat > {TOOLKIT_KEYRING} <<'EOF'\n{armoured}EOF")
+    repaired = runner.converge(nodes_playbook, inventory, limit=name, extravars=NODE_VARS)
+    assert repaired.ok, repaired.failures
+    served = (toolkit_repo.directory / aptrepo.KEY_FILE).read_text()
+    assert host.file(TOOLKIT_KEYRING).content_string == served
+    # apt trusts the repository again with the pinned key.
+    host.run_expect(
+        [0],
+        "apt-get update -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 "
+        "-o Dir::Etc::sourcelist=/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+    )
 
 
 def test_drift_on_a_converged_host_is_put_back_and_a_changed_input_is_written(

@@ -167,3 +167,20 @@ def test_load_checked_refuses_a_floating_pin(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(Exception, match=r"triton\.tag: 'latest' is malformed"):
         versions.load_checked(path)
+
+
+def test_an_image_pinned_by_digest_runs_by_digest() -> None:
+    from gpuinfra import addons
+
+    pins = versions.pinned()
+    digest = "sha256:" + "ab" * 32
+    pinned = pins.model_copy(update={"triton": pins.triton.model_copy(update={"digest": digest})})
+    assert versions.check(pinned) == []
+    settings = {"enabled": True, "modelRepository": {"pvc": "models"}}
+    deployment = addons.render("triton", settings, versions=pinned).objects[0]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{pins.triton.source.image}:{pins.triton.tag}@{digest}"
+    bad = pins.model_copy(
+        update={"triton": pins.triton.model_copy(update={"digest": "sha256:abc"})}
+    )
+    assert [p.key for p in versions.check(bad)] == ["triton.digest"]

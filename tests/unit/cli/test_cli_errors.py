@@ -59,8 +59,8 @@ def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
         result,
         2,
         [
-            "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'note', 'source', 'tag' "
-            "or 'version')"
+            "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'digest', 'note', "
+            "'source', 'tag' or 'version')"
         ],
     )
 

@@ -101,7 +101,15 @@ def test_each_namespace_an_object_names_is_created_once_before_its_objects(run) 
     }
     assert {"research", "serving"} <= named <= namespaces.keys()
     assert len(result.of_type(NAMESPACE)) == len(namespaces)
-    assert all(ns.inputs["metadata"]["labels"] == MANAGED_BY for ns in namespaces.values())
+    for ns in namespaces.values():
+        labels = ns.inputs["metadata"]["labels"]
+        assert MANAGED_BY.items() <= labels.items()
+        # Every namespace says which Pod Security Standard the API server enforces in it.
+        assert labels["pod-security.kubernetes.io/enforce"] in (
+            "restricted",
+            "baseline",
+            "privileged",
+        )
     # The existing namespaces keep their names: an existing stack replaces nothing.
     assert result.named("a-ns-monitoring").inputs["metadata"]["name"] == "monitoring"
     queues = result.of_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")

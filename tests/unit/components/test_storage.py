@@ -75,3 +75,39 @@ def test_fsx_sizes_and_tiers_outside_persistent_2_are_refused(run) -> None:
         "args.fsx.storage_capacity_gib",
         "args.fsx.throughput_per_tib",
     ]
+
+
+def test_fsx_exports_nothing_to_the_serving_bucket_unless_asked(run) -> None:
+    fsx = FsxArgs(subnet_id="subnet-a", security_group_ids=["sg-nodes"])
+    result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=fsx)))
+    link = result.named("st-fsx-models").inputs
+    assert "autoExportPolicy" not in link["s3"]
+    assert link["s3"]["autoImportPolicy"]["events"] == ["NEW", "CHANGED", "DELETED"]
+    asked = FsxArgs(subnet_id="subnet-a", security_group_ids=["sg-nodes"], export_to_bucket=True)
+    result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=asked)))
+    # A file deleted on Lustre never deletes a served model.
+    assert result.named("st-fsx-models").inputs["s3"]["autoExportPolicy"] == {
+        "events": ["NEW", "CHANGED"]
+    }
+
+
+def test_the_bucket_key_lets_the_file_systems_s3_role_read_through_s3(run) -> None:
+    fsx = FsxArgs(subnet_id="subnet-a", security_group_ids=["sg-nodes"])
+    result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=fsx)))
+    (policy,) = result.of_type("aws:kms/keyPolicy:KeyPolicy")
+    assert policy.inputs["keyId"] == "st-key-id"
+    admin, fsx_use = json.loads(policy.inputs["policy"])["Statement"]
+    assert admin["Principal"]["AWS"].endswith(":root")
+    role = fsx_use["Principal"]["AWS"]
+    assert role.endswith(
+        "/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_st-fsx-id"
+    )
+    assert "*" not in role.split(":")[4]
+    assert set(fsx_use["Action"]) == {"kms:Decrypt", "kms:DescribeKey"}
+    assert fsx_use["Condition"]["StringEquals"]["kms:ViaService"].startswith("s3.")
+    # Without a linked bucket, the key keeps KMS's default policy.
+    unlinked = FsxArgs(
+        subnet_id="subnet-a", security_group_ids=["sg-nodes"], link_model_bucket=False
+    )
+    result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=unlinked)))
+    assert not result.of_type("aws:kms/keyPolicy:KeyPolicy")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tempfile
+import time
 import tomllib
 import urllib.request
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from gpuinfra import versions
 from gpuinfra.lab import aptrepo
+from tests.unit.roles.conftest import ROOT, load_module
 
 TOOLKIT = versions.pinned().nvidia_container_toolkit
 
@@ -130,3 +133,48 @@ def test_nvidia_ctk_refuses_what_it_does_not_implement(bin_dir: Path, tmp_path: 
     spec = tmp_path / "nvidia.yaml"
     assert _ctk(bin_dir, "cdi", "generate", f"--output={spec}").returncode == 0
     assert "kind: nvidia.com/gpu" in spec.read_text()
+
+
+def _expiry_days(key_file: Path) -> float:
+    with tempfile.TemporaryDirectory() as home:
+        shown = subprocess.run(
+            ["gpg", "--batch", "--homedir", home, "--with-colons", "--show-keys", str(key_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    expires = next(line.split(":")[6] for line in shown.splitlines() if line.startswith("pub"))
+    return (float(expires) - time.time()) / 86400
+
+
+def test_the_stand_in_key_outlives_a_lab_and_is_kept_across_builds(
+    repo: aptrepo.Repository, tmp_path: Path
+) -> None:
+    # A lab runs for weeks: a key that expires in a day makes apt refuse the repository.
+    assert _expiry_days(repo.key_file) > 365
+    again = aptrepo.build(repo.path)
+    assert again.fingerprint == repo.fingerprint
+    assert again.key_file.read_bytes() == repo.key_file.read_bytes()
+    elsewhere = aptrepo.build(tmp_path / "repo")
+    assert elsewhere.fingerprint != repo.fingerprint
+
+
+def test_a_key_about_to_expire_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = aptrepo.build(tmp_path / "repo")
+    # Seen from two years minus a week later, the key has less than KEY_RENEW_DAYS left.
+    later = time.time() + (730 - 7) * 86400
+    monkeypatch.setattr(aptrepo.time, "time", lambda: later)
+    renewed = aptrepo.build(tmp_path / "repo")
+    assert renewed.fingerprint != first.fingerprint
+
+
+def test_the_fingerprint_is_the_one_the_roles_key_module_computes(
+    repo: aptrepo.Repository,
+) -> None:
+    module = load_module(
+        "gpuinfra_signing_key",
+        ROOT / "roles" / "nvidia_container_toolkit" / "library" / "gpuinfra_signing_key.py",
+    )
+    assert module.fingerprints(repo.key_file.read_bytes()) == [repo.fingerprint]
+    with aptrepo.serving(repo.path) as server:
+        assert server.fingerprint == repo.fingerprint

@@ -44,7 +44,7 @@ def test_inventory_reaches_each_host_on_loopback(tmp_path: Path) -> None:
     (shared_vars / "all.yml").write_text("nvidia_driver_reboot: false\n")
     settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
     hosts = [lab.Host("unit-1", 2601, "running"), lab.Host("unit-2", 2602, "running")]
-    path = lab.write_inventory(settings, hosts, "http://127.0.0.1:8000/")
+    path = lab.write_inventory(settings, hosts, "http://127.0.0.1:8000/", "AB" * 20)
     listed = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
         capture_output=True,
@@ -61,6 +61,8 @@ def test_inventory_reaches_each_host_on_loopback(tmp_path: Path) -> None:
     one = hostvars["unit-1"]
     assert one["ansible_ssh_private_key_file"] == str(settings.key_file)
     assert one["nvidia_container_toolkit_repo_key_url"] == "http://127.0.0.1:8000/gpgkey"
+    # The lab's site pins the stand-in key it was given, as a site pins its mirror's.
+    assert one["nvidia_container_toolkit_repo_key_fingerprint"] == "AB" * 20
     # The committed lab group_vars apply to every lab, whatever its prefix.
     assert one["nvidia_driver_reboot"] is False
 

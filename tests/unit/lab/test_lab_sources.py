@@ -72,7 +72,7 @@ def lab_site(tmp_path: Path, repo_url: str) -> Path:
     site = tmp_path / "site"
     site.mkdir()
     settings = lab.Settings(prefix="gpuinfraunit", root=tmp_path)
-    lab.write_inventory(settings, [lab.Host("gpuinfraunit-1", 2401, "running")], repo_url)
+    lab.write_inventory(settings, [lab.Host("gpuinfraunit-1", 2401, "running")], repo_url, "0" * 40)
     settings.hosts_file.rename(site / "hosts.yml")
     return site
 

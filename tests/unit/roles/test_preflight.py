@@ -217,3 +217,62 @@ def test_upgrade_refuses_a_bad_node_check_input_before_draining(tmp_path: Path) 
     assert result.returncode != 0, output
     assert "gpu_node_check_mig_mode must be one of: enabled, disabled, any" in output
     assert "TASK [Cordon and drain" not in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_repository_url_with_a_newline_stops_the_toolkit_in_preflight(tmp_path: Path) -> None:
+    url = "https://mirror.example.internal/deb /\ndeb [trusted=yes] http://evil.example/ /"
+    value = json.dumps({"nvidia_container_toolkit_repo_url": url})
+    result = preflight(tmp_path, value, playbook=str(toolkit_alone(tmp_path)))
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_container_toolkit_repo_url:" in output
+    assert "a repository URL is one plain http(s) URL" in output
+    assert not Path("/etc/apt/sources.list.d/nvidia-container-toolkit.list").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_key_over_http_stops_the_driver_in_preflight(tmp_path: Path) -> None:
+    value = json.dumps(
+        {"nvidia_driver_cuda_repo_key_url": "http://mirror.example.internal/3bf863cc.pub"}
+    )
+    result = preflight(tmp_path, value)
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_driver_cuda_repo_key_url:" in output
+    assert "fetched over http; serve the key over https" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_command_in_the_preinstalled_paths_stops_preflight_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    paths = {"nvidia_driver_preinstalled_paths": [f"/usr/local/nvidia/bin$(touch {marker})"]}
+    result = preflight(tmp_path, json.dumps(paths))
+    assert result.returncode != 0
+    assert "nvidia_driver_preinstalled_paths:" in " ".join(result.stdout.split())
+    # Past preflight, the task that searches the paths reads them as data only.
+    playbook = tmp_path / "search.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "gather_facts": False,
+                    "vars": {"_nvidia_driver_version": "580.159.04", **paths},
+                    "tasks": [
+                        {
+                            "ansible.builtin.include_tasks": str(
+                                ROOT / "roles" / "nvidia_driver" / "tasks" / "preinstalled.yml"
+                            )
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    inventory = tmp_path / "hosts.yml"
+    searched = run_playbook_here(tmp_path, "-i", str(inventory), str(playbook))
+    assert "no nvidia-smi is on localhost" in " ".join(searched.stdout.split()), searched.stdout
+    assert not marker.exists()

@@ -49,8 +49,11 @@ def main():
     if MODULE == "k8s_info":
         state = "Open" if args.get("kind") == "Queue" else "ready"
         keys = ("admin-user", "admin-password", "pagerduty-routing-key", "wecom-api-secret")
+        # A Secret's values, as the API server returns them (base64); a test may plant one.
+        planted = os.environ.get("STAND_IN_SECRET_FILE")
+        value = open(planted).read() if planted and args.get("kind") == "Secret" else ""
         status = {{"state": state, "succeeded": 1}} if args.get("kind") == "Job" else {{"state": state}}
-        result["resources"] = [{{"status": status, "data": dict.fromkeys(keys, "")}}]
+        result["resources"] = [{{"status": status, "data": dict.fromkeys(keys, value)}}]
         if args.get("name") in os.environ.get("STAND_IN_MISSING", "").split(","):
             result["resources"] = []
     if MODULE == "helm_pull":
@@ -145,6 +148,18 @@ def _index(calls: list[dict[str, Any]], module: str, **args: Any) -> int:
     raise AssertionError(f"no {module} call with {args}")
 
 
+def _namespace(calls: list[dict[str, Any]], name: str) -> int:
+    for i, call in enumerate(calls):
+        definition = call["args"].get("definition") or {}
+        if (
+            call["module"] == "k8s"
+            and definition.get("kind") == "Namespace"
+            and definition["metadata"]["name"] == name
+        ):
+            return i
+    raise AssertionError(f"no Namespace {name} applied")
+
+
 def _applied(calls: list[dict[str, Any]], obj: dict[str, Any]) -> int:
     return _index(calls, "k8s", definition=json.loads(json.dumps(obj)))
 
@@ -168,7 +183,13 @@ def test_namespaces_and_core_objects_before_the_chart_extra_objects_after(
     calls: list[dict[str, Any]],
 ) -> None:
     for render in _renders():
-        namespace = _index(calls, "k8s", kind="Namespace", name=render.namespace)
+        namespace = _namespace(calls, render.namespace)
+        # Applied with the render's Pod Security labels, under gpuinfra's field manager.
+        args = calls[namespace]["args"]
+        assert args["definition"]["metadata"]["labels"] == dict(
+            render.namespace_labels[render.namespace]
+        )
+        assert args["server_side_apply"] == {"field_manager": "gpuinfra"}
         core = [o for o in render.objects if o["apiVersion"] == "v1"]
         extra = [o for o in render.objects if o["apiVersion"] != "v1"]
         if render.chart:
