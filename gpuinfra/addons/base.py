@@ -63,6 +63,14 @@ Name = Annotated[str, AfterValidator(_dns_label)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
 
 MANAGED_BY: dict[str, str] = {"app.kubernetes.io/managed-by": "gpuinfra"}
+# Every container gpuinfra writes itself runs with these (the Pod Security "restricted" level's
+# container fields); its pod sets the user and the seccomp profile.
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 @dataclass(frozen=True)

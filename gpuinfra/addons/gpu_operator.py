@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from gpuinfra.addons.base import (
+    CONTAINER_SECURITY,
     GPU_RESOURCE,
     GPU_TOLERATION,
     MONITOR_LABELS,
@@ -38,6 +39,8 @@ MIG_ALL_DISABLED = "all-disabled"
 # The Service (and so the Prometheus job) the operator creates for the DCGM exporter.
 DCGM_EXPORTER_JOB = "nvidia-dcgm-exporter"
 SMOKE_TEST = "gpuinfra-gpu-smoke-test"
+# nobody: the smoke test reads the GPU and writes nothing.
+SMOKE_TEST_UID = 65534
 # Long enough to pull the sample image on a fresh node; the Ansible verify step waits as long.
 SMOKE_TEST_DEADLINE_S = 600
 # The smoke test's GPU-hours are the platform's own.
@@ -205,7 +208,10 @@ def smoke_test_job(settings: GpuOperatorSettings, versions: Versions) -> dict[st
     )  # fmt: skip
     digest = hashlib.sha256(tested.encode()).hexdigest()[:10]
     labels = {**SMOKE_LABELS, "app.kubernetes.io/name": SMOKE_TEST}
-    gpu = {"limits": {GPU_RESOURCE: 1}}
+    gpu = {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {GPU_RESOURCE: 1, "cpu": "1", "memory": "256Mi"},
+    }
     # The toolkit mounts nvidia-smi into a container that asks for the utility capability.
     capabilities = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
     return {
@@ -220,6 +226,14 @@ def smoke_test_job(settings: GpuOperatorSettings, versions: Versions) -> dict[st
                 "spec": {
                     "restartPolicy": "Never",
                     "tolerations": [GPU_TOLERATION],
+                    # nvidia-smi and the sample need no root, no token and no writable root.
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": SMOKE_TEST_UID,
+                        "runAsGroup": SMOKE_TEST_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "initContainers": [
                         {
                             "name": "nvidia-smi",
@@ -227,11 +241,12 @@ def smoke_test_job(settings: GpuOperatorSettings, versions: Versions) -> dict[st
                             "command": ["nvidia-smi"],
                             "env": capabilities,
                             "resources": gpu,
+                            "securityContext": CONTAINER_SECURITY,
                         }
                     ],
                     "containers": [
                         {"name": "vectoradd", "image": image, "env": capabilities,
-                         "resources": gpu}
+                         "resources": gpu, "securityContext": CONTAINER_SECURITY}
                     ],
                 },
             },

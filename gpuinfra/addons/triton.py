@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gpuinfra.addons.base import (
+    CONTAINER_SECURITY,
     GPU_RESOURCE,
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
@@ -370,12 +371,6 @@ POD_SECURITY: dict[str, Any] = {
     "fsGroup": TRITON_UID,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-CONTAINER_SECURITY: dict[str, Any] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "privileged": False,
-    "capabilities": {"drop": ["ALL"]},
-}
 
 
 def _labels() -> dict[str, str]:
@@ -471,7 +466,11 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["/bin/sh", "-c", preflight_script(settings.models)],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"memory": "64Mi"},
+                },
+                "securityContext": CONTAINER_SECURITY,
                 "volumeMounts": [{"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}],
             }
         ]

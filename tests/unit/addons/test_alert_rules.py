@@ -38,7 +38,10 @@ def rules_dir(tmp_path: Path) -> Path:
 def test_rules_pass_promtool_check(rules_dir: Path) -> None:
     result = _promtool("check", "rules", "gpu-alerts.rules.yml", cwd=rules_dir)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 9 rules found" in result.stdout
+    rules = yaml.safe_load((rules_dir / "gpu-alerts.rules.yml").read_text())
+    count = sum(len(group["rules"]) for group in rules["groups"])
+    assert count >= 9
+    assert f"SUCCESS: {count} rules found" in result.stdout
 
 
 def test_alerts_fire_when_they_should_and_not_before(rules_dir: Path) -> None:

@@ -25,7 +25,13 @@ def test_one_gpu_runs_nvidia_smi_then_a_cuda_program() -> None:
     assert smi["command"] == ["nvidia-smi"]
     assert cuda["image"] == "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
     # An init container's request is not added to the containers': the pod holds one GPU.
-    assert smi["resources"] == cuda["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert smi["resources"] == cuda["resources"]
+    assert smi["resources"]["limits"]["nvidia.com/gpu"] == 1
+    # Bounded and unprivileged: no root, no token, nothing written.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert smi["securityContext"]["readOnlyRootFilesystem"] is True
+    assert smi["resources"]["limits"]["memory"] == smi["resources"]["requests"]["memory"]
     assert pod["restartPolicy"] == "Never"
     assert any(t["key"] == GPU_TAINT["key"] for t in pod["tolerations"])
 

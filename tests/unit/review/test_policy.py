@@ -252,8 +252,9 @@ def test_config_check_refuses_an_environment_other_than_the_stack_names(tmp_path
     stack.write_text(stack.read_text().replace("environment: staging", "environment: dev"))
     result = run_cli("config", "check", "--stack", "staging", root=root)
     assert result.code == 2, result.stderr
+    # The stack file's own check refuses it before the policy pack's limits are read.
     assert result.stderr.strip() == (
-        "error: stacks/Pulumi.staging.yaml: config.gpuinfra:environment: 'dev', but stack "
-        "'staging' is a staging stack by its name, and the policy pack holds it to staging's "
-        "limits; set 'staging'"
+        "error: stacks/Pulumi.staging.yaml: config.gpuinfra:environment: 'dev' does not match "
+        "stack 'staging': resources would be named for dev (allowed: 'staging'; a stack is named "
+        "for its environment, or <environment>-<suffix>)"
     )
