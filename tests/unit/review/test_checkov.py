@@ -103,6 +103,8 @@ def test_no_failed_check_but_the_listed_skips(scanned: dict[str, Any]) -> None:
         f"{check} on {resource} ({failed[(check, resource)]})" for check, resource in unlisted
     )
     stale = sorted(
-        (c, r) for c, r in listed if not any(c == f and fnmatch.fnmatchcase(x, r) for f, x in failed)
+        (c, r)
+        for c, r in listed
+        if not any(c == f and fnmatch.fnmatchcase(x, r) for f, x in failed)
     )
     assert stale == [], f"skips that no longer fail, to remove from {SKIPS.name}: {stale}"
