@@ -86,3 +86,19 @@ def test_forget_facts_removes_the_named_hosts_cached_facts_only(tmp_path: Path) 
     assert sorted(p.name for p in forgotten) == ["lab-2", "s1_lab-1"]
     assert sorted(p.name for p in cache.iterdir()) == ["s1_lab-11", "s1_other-1", "s1_xlab-1"]
     assert lab.forget_facts(tmp_path / "absent", ["lab-1"]) == []
+
+
+def test_the_lab_site_plans_without_an_integrity_error(tmp_path: Path) -> None:
+    """The main job ends with the lab site's plan: its inventory, with the committed group_vars,
+    must hold together (the lab's hosts are no cluster's GPU nodes)."""
+    from tests.conftest import ROOT, run_cli
+
+    shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
+    shared_vars.parent.mkdir(parents=True)
+    shared_vars.symlink_to(ROOT / "inventory" / "lab" / "group_vars")
+    settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
+    hosts = [lab.Host("unit-1", 2601, "running"), lab.Host("unit-2", 2602, "running")]
+    path = lab.write_inventory(settings, hosts, "http://127.0.0.1:8000/", "AB" * 20)
+    result = run_cli("config", "check", "--site", str(path.parent), root=ROOT)
+    assert result.code == 0, result.stderr
+    assert "valid (2 hosts)" in result.stdout
