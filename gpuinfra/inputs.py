@@ -48,8 +48,10 @@ def repo_url_problem(value: Any) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{value!r} is not an http(s) URL with a host"
     if parts.username or parts.password:
+        # The message names the URL without the login it refuses.
+        shown = value.replace(parts.netloc, f"<login>@{parts.netloc.rpartition('@')[2]}", 1)
         return (
-            f"{value!r} carries credentials; give apt its login in /etc/apt/auth.conf.d/ "
+            f"{shown!r} carries credentials; give apt its login in /etc/apt/auth.conf.d/ "
             "instead, where it stays out of source files and logs"
         )
     return ""

@@ -700,11 +700,14 @@ def buckets_protected(resources: Sequence[Resource], limits: Limits) -> list[str
     return found
 
 
-def _key_policy(key: Resource, resources: Sequence[Resource], index: _Index) -> Any:
-    for resource in resources:
-        if resource.type_ == KMS_KEY_POLICY and index.refers(resource, "keyId", key):
-            return resource.inputs.get("policy")
-    return key.inputs.get("policy")
+def _key_policies(key: Resource, resources: Sequence[Resource], index: _Index) -> list[Any]:
+    """The key's own policy and every KeyPolicy resource that names it: each applies."""
+    separate = [
+        r.inputs.get("policy")
+        for r in resources
+        if r.type_ == KMS_KEY_POLICY and index.refers(r, "keyId", key)
+    ]
+    return [key.inputs.get("policy"), *separate]
 
 
 def kms_key_policies(resources: Sequence[Resource], limits: Limits) -> list[str]:
@@ -729,7 +732,12 @@ def kms_key_policies(resources: Sequence[Resource], limits: Limits) -> list[str]
     for key in used.values():
         if not _true(key.inputs.get("enableKeyRotation")):
             found.append(f"{_where(key)}: enableKeyRotation must be true")
-        for statement in _statements(_document(_key_policy(key, resources, index))):
+        statements = [
+            statement
+            for document in _key_policies(key, resources, index)
+            for statement in _statements(_document(document))
+        ]
+        for statement in statements:
             if (
                 _allows(statement)
                 and _wildcard_principal(statement)

@@ -86,12 +86,6 @@ def plant(root: Path) -> None:
     program = root / "stacks" / "__main__.py"
     head, sep, tail = program.read_text().partition('\nif __name__ == "__main__":')
     program.write_text(head + PROGRAM + sep + tail)
-    toolkit = root / "inventory" / "example" / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
-    toolkit.write_text(
-        toolkit.read_text()
-        + "nvidia_container_toolkit_repo_url: "
-        + f"https://deploy:{PLANTED['url-userinfo-mirror']}@mirror.example.internal/deb/amd64\n"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -131,12 +125,11 @@ def test_the_plants_reach_the_plans_as_redacted(outputs: dict[str, str]) -> None
     assert '"planted": "[secret]"' in plan
     assert '"db_password": "<redacted>"' in plan
     assert "https://<redacted>@helm.ngc.nvidia.com/nvidia" in plan
-    assert (
-        "https://<redacted>@mirror.example.internal/deb/amd64"
-        in outputs["plan --site --format json"]
-    )
+    assert "https://<redacted>@mirror.example.internal/" in plan
     assert "<redacted>" in outputs["diff --stack prod --format markdown"]
-    assert "https://<redacted>@mirror" in outputs["diff --site --format markdown"]
+    # A site's repository URL may carry no login at all (see the test below); its chart URL,
+    # from versions.yaml, is redacted in the site's plan too.
+    assert "https://<redacted>@helm.ngc.nvidia.com/nvidia" in outputs["plan --site --format json"]
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTED))
@@ -190,3 +183,24 @@ def test_redaction_keeps_flags_and_markers_and_is_idempotent() -> None:
         "apiVersion": "v1",
     }
     assert secrets.redact(once) == once
+
+
+def test_a_login_in_a_site_mirror_url_is_refused_without_printing_it(
+    tmp_path: Path, base_repo: Path
+) -> None:
+    """A repository URL with a login is refused (apt's auth.conf.d holds logins), and the
+    refusal names the URL without the password."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    toolkit = repo / "inventory" / "example" / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
+    toolkit.write_text(
+        toolkit.read_text()
+        + "nvidia_container_toolkit_repo_url: "
+        + f"https://deploy:{PLANTED['url-userinfo-mirror']}@mirror.example.internal/deb/amd64\n"
+    )
+    for argv in (("config", "check"), ("plan",)):
+        result = run_cli(*argv, "--site", "inventory/example", root=repo, cwd=repo)
+        assert result.code == 2, result.stderr
+        assert "carries credentials" in result.stderr
+        assert "<login>@mirror.example.internal" in result.stderr
+        assert PLANTED["url-userinfo-mirror"] not in result.stdout + result.stderr

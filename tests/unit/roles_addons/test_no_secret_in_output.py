@@ -73,8 +73,8 @@ def _forms() -> list[str]:
 def test_the_preflight_read_the_planted_secret(run: tuple[Path, str]) -> None:
     # Without this the search below could pass because nothing was read.
     _private, stdout = run
-    assert "Read the Secrets the Prometheus stack references" in stdout
-    assert "Assert the referenced Secrets exist with their keys" in stdout
+    assert "Read the objects the add-ons need to exist" in stdout
+    assert "Assert each exists with its keys" in stdout
 
 
 def test_no_output_and_no_runner_artefact_holds_the_secret(run: tuple[Path, str]) -> None:
