@@ -46,7 +46,9 @@ def test_nodes_playbook_registers_kubernetes_nodes_after_the_toolkit(repo_root: 
     assert toolkit_finish < position < names.index("gpu_node_check")
 
 
-def converge(tmp_path: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def converge(
+    tmp_path: Path, variables: dict[str, Any], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
     playbook = tmp_path / "registration.yml"
@@ -56,7 +58,9 @@ def converge(tmp_path: Path, variables: dict[str, Any]) -> subprocess.CompletedP
         )
     )
     extra = {"gpu_node_registration_defaults_file": str(tmp_path / "kubelet"), **variables}
-    return run_playbook_here(tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook))
+    return run_playbook_here(
+        tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook), env=env
+    )
 
 
 def changed(result: subprocess.CompletedProcess[str]) -> int:
@@ -201,18 +205,7 @@ def test_an_already_registered_node_is_labelled_and_tainted_through_the_api(
         "gpu_node_registration_node_name": "gpu-node-01",
         "gpuinfra_kubeconfig": "/etc/gpuinfra/kubeconfig",
     }
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    playbook = tmp_path / "registration.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [{"hosts": "all", "gather_facts": False, "roles": ["gpu_node_registration"]}]
-        )
-    )
-    extra = {"gpu_node_registration_defaults_file": str(tmp_path / "kubelet"), **variables}
-    result = run_playbook_here(
-        tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook), env=env
-    )
+    result = converge(tmp_path, variables, env)
     assert result.returncode == 0, result.stdout + result.stderr
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c["module"] for c in calls] == ["k8s", "k8s_taint"]
@@ -228,8 +221,6 @@ def test_an_already_registered_node_is_labelled_and_tainted_through_the_api(
     assert {c["args"]["kubeconfig"] for c in calls} == {"/etc/gpuinfra/kubeconfig"}
     # Off by default: a host that has not joined yet is left to its first registration.
     log.unlink()
-    extra.pop("gpu_node_registration_update_node")
-    result = run_playbook_here(
-        tmp_path, "-i", str(inventory), "-e", json.dumps(extra), str(playbook), env=env
-    )
+    variables.pop("gpu_node_registration_update_node")
+    result = converge(tmp_path, variables, env)
     assert result.returncode == 0 and not log.exists()
