@@ -177,22 +177,12 @@ def _limits_file(path: Path) -> LimitsFile:
 
 
 def pool_findings(stack: str, cfg: StackConfig, root: Path | None = None) -> list[Problem]:
-    """A stack file's node pools whose instance type its environment does not allow, and an
-    ``environment`` key that is not the environment the stack's name gives."""
+    """A stack file's node pools over its environment's node cap or with an instance type its
+    environment does not allow. (An ``environment`` key that disagrees with the stack's name is
+    refused earlier, by ``config.parse_stack``.)"""
     limits = Limits.for_stack(stack, root)
     shown = display_path(stack_path(stack, root))
-    found = []
-    if cfg.environment != limits.environment:
-        found.append(
-            Problem(
-                shown,
-                "config.gpuinfra:environment",
-                f"'{cfg.environment}', but stack '{stack}' is a {limits.environment} stack by its "
-                f"name, and the policy pack holds it to {limits.environment}'s limits; set "
-                f"'{limits.environment}'",
-            )
-        )
-    found += [
+    found = [
         Problem(
             shown,
             f"config.gpuinfra:nodePools[{i}].maxSize",
