@@ -62,8 +62,11 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     """(key in versions.yaml, family in the table, release line) for every dated pin."""
     lines = []
     for source in ("distro", "cuda_repo", "preinstalled"):
-        version = v.driver(source).version
-        lines.append((f"nvidia_driver.{source}", "nvidia_driver", version.split(".")[0]))
+        build = v.driver(source)
+        lines.append((f"nvidia_driver.{source}", "nvidia_driver", build.version.split(".")[0]))
+        for suite, pin in build.releases.items():
+            key = f"nvidia_driver.{source}.releases.{suite}"
+            lines.append((key, "nvidia_driver", pin.version.split(".")[0]))
     lines.append(
         (
             "gpu_operator.operands.driver",
@@ -73,6 +76,9 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     )
     minor = ".".join(str(n) for n in parse(v.containerd.version)[:2])
     lines.append(("containerd", "containerd", minor))
+    for suite, pin in v.containerd.releases.items():
+        minor = ".".join(str(n) for n in parse(pin.version)[:2])
+        lines.append((f"containerd.releases.{suite}", "containerd", minor))
     k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
     lines.append(("kubernetes", "kubernetes", k8s))
     if v.kubernetes.source.type == "eks":

@@ -67,7 +67,7 @@ def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
     prod = run_cli("versions", "check", "--environment", "prod", "--as-of", "2026-12-01")
     assert prod.code == 1
     errors = [line for line in prod.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 3
+    assert len(errors) == 4
     assert all(line.endswith("(environment prod)") for line in errors)
     early = run_cli("versions", "check", "--environment", "prod", "--as-of", "2025-06-01")
     assert early.code == 0, early.stderr
@@ -80,3 +80,11 @@ def test_a_bad_date_is_a_usage_error() -> None:
         result.stderr.strip().splitlines()[-1]
         == "error: --as-of: '2026-13-01' is not a date (allowed: YYYY-MM-DD)"
     )
+
+
+def test_each_release_build_is_judged_on_its_own_line() -> None:
+    found = {f.key: f for f in support.check(PINS, dt.date(2026, 12, 1))}
+    trixie = found["containerd.releases.trixie"]
+    assert trixie.message.startswith("containerd 1.7 ")
+    driver = found["nvidia_driver.distro.releases.trixie"]
+    assert driver.message.startswith("driver branch R550")
