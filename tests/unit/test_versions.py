@@ -148,7 +148,7 @@ def test_ami_must_match_kubernetes_minor() -> None:
     out = messages(broken(lambda d: d["eks_gpu_ami"].__setitem__("version", "1.33.5-20261110")))
     assert out == [
         "eks_gpu_ami.version: AMI release 1.33.5-20261110 is built for Kubernetes 1.33, "
-        "not the pinned 1.34"
+        "not the pinned 1.35"
     ]
 
 

@@ -60,7 +60,7 @@ def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
         2,
         [
             "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'digest', 'note', "
-            "'source', 'tag' or 'version')"
+            "'releases', 'source', 'tag' or 'version')"
         ],
     )
 
