@@ -54,16 +54,30 @@ class Format(StrEnum):
 
 
 def versions_document(v: versions_mod.Versions) -> list[dict[str, str | None]]:
-    return [
-        {
-            "component": name,
-            "version": comp.version,
-            "tag": comp.tag,
-            "source": comp.source.type,
-            "from": comp.source.describe(),
-        }
-        for name, comp in v.entries()
-    ]
+    rows: list[dict[str, str | None]] = []
+    for name, comp in v.entries():
+        rows.append(
+            {
+                "component": name,
+                "version": comp.version,
+                "tag": comp.tag,
+                "source": comp.source.type,
+                "from": comp.source.describe(),
+            }
+        )
+        # The same packages' build of another Debian release, right below the entry.
+        for suite, build in comp.releases.items():
+            rows.append(
+                {
+                    "component": f"{name}.releases.{suite}",
+                    "version": build.version,
+                    "tag": build.package_version,
+                    "source": comp.source.type,
+                    "from": f"{comp.source.type} {', '.join(comp.source.packages)} from "
+                    f"{comp.source.repository} {suite} {comp.source.component or ''}".rstrip(),
+                }
+            )
+    return rows
 
 
 @versions_app.command("show")
