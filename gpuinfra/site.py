@@ -41,12 +41,30 @@ class Host:
     origin: dict[str, str] = field(default_factory=dict)
 
 
+ENVIRONMENTS = ("dev", "staging", "prod")
+# The site-wide variable that names the environment a site serves, as a stack file's
+# `gpuinfra:environment` does; prod makes a pin past its end of support an error.
+ENVIRONMENT_VAR = "gpuinfra_environment"
+
+
 @dataclass
 class Site:
     name: str
     path: Path
     hosts: dict[str, Host]
     groups: dict[str, list[str]]
+
+    @property
+    def environment(self) -> str | None:
+        """The environment the site serves: prod when any host's is (a site may set it per
+        group; its prod hosts decide)."""
+        values = {
+            str(h.vars[ENVIRONMENT_VAR]) for h in self.hosts.values() if ENVIRONMENT_VAR in h.vars
+        }
+        return next((e for e in reversed(ENVIRONMENTS) if e in values), None)
+
+    def driver_sources(self) -> set[str]:
+        return {str(h.vars.get("nvidia_driver_source", "distro")) for h in self.hosts.values()}
 
 
 @cache
@@ -339,10 +357,26 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 host.vars[key] = value
                 host.origin[key] = origin
     site = Site(name=path.name, path=path, hosts=hosts, groups=groups)
-    problems = check_versions(site) + _check_addresses(site)
+    problems = check_versions(site) + _check_addresses(site) + _check_environment(site)
     if problems:
         raise ConfigError(problems)
     return site
+
+
+def _check_environment(site: Site) -> list[Problem]:
+    problems: list[Problem] = []
+    for host in site.hosts.values():
+        value = host.vars.get(ENVIRONMENT_VAR)
+        if value is not None and not _templated(value) and str(value) not in ENVIRONMENTS:
+            origin = host.origin.get(ENVIRONMENT_VAR, site.name)
+            problem = Problem(
+                origin,
+                ENVIRONMENT_VAR,
+                f"{excerpt(repr(value), 40)} is not an environment (allowed: {', '.join(ENVIRONMENTS)})",
+            )
+            if problem not in problems:
+                problems.append(problem)
+    return problems
 
 
 def _check_addresses(site: Site) -> list[Problem]:
@@ -496,9 +530,12 @@ def check_versions(site: Site) -> list[Problem]:
         version = host.vars.get("nvidia_driver_version")
         if version is None or _templated(version) or source not in DRIVER_SOURCES:
             continue
-        expected = pins.driver(source).version
+        # A host takes its release's build (the entry's `releases`); the site does not say
+        # which release a host runs, so any of the source's builds is accepted here and the
+        # role's preflight holds the host to its own.
+        expected = pins.driver(source).versions()
         origin = host.origin.get("nvidia_driver_version", site.name)
-        if str(version) != expected and (origin, str(version)) not in seen:
+        if str(version) not in expected and (origin, str(version)) not in seen:
             seen.add((origin, str(version)))
             listed = sorted({pins.driver(s).version for s in DRIVER_SOURCES})
             problems.append(
@@ -506,7 +543,7 @@ def check_versions(site: Site) -> list[Problem]:
                     origin,
                     "nvidia_driver_version",
                     f"{version!r} is not the version versions.yaml pins for "
-                    f"source '{source}' ({expected}); pinned drivers: "
+                    f"source '{source}' ({' or '.join(expected)}); pinned drivers: "
                     f"{', '.join(listed)}. Bump versions.yaml, not the inventory",
                 )
             )

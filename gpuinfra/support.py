@@ -7,6 +7,7 @@ end is a warning; for a production environment it is an error.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -62,8 +63,11 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     """(key in versions.yaml, family in the table, release line) for every dated pin."""
     lines = []
     for source in ("distro", "cuda_repo", "preinstalled"):
-        version = v.driver(source).version
-        lines.append((f"nvidia_driver.{source}", "nvidia_driver", version.split(".")[0]))
+        build = v.driver(source)
+        lines.append((f"nvidia_driver.{source}", "nvidia_driver", build.version.split(".")[0]))
+        for suite, pin in build.releases.items():
+            key = f"nvidia_driver.{source}.releases.{suite}"
+            lines.append((key, "nvidia_driver", pin.version.split(".")[0]))
     lines.append(
         (
             "gpu_operator.operands.driver",
@@ -73,6 +77,9 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     )
     minor = ".".join(str(n) for n in parse(v.containerd.version)[:2])
     lines.append(("containerd", "containerd", minor))
+    for suite, pin in v.containerd.releases.items():
+        minor = ".".join(str(n) for n in parse(pin.version)[:2])
+        lines.append((f"containerd.releases.{suite}", "containerd", minor))
     k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
     lines.append(("kubernetes", "kubernetes", k8s))
     if v.kubernetes.source.type == "eks":
@@ -80,11 +87,43 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     return lines
 
 
-def check(v: Versions, today: dt.date, soon_days: int = 90) -> list[Finding]:
-    """One finding per dated pin (past, soon, ok) and per pin the table cannot date."""
+def stack_pin(key: str, family: str) -> bool:
+    """The pins an EKS stack runs: the control plane's minor under EKS's calendar, and the
+    drivers on its GPU nodes (the AMI's, adopted, and the one the GPU Operator would install).
+    Debian's driver and containerd serve bare-metal hosts only."""
+    return (
+        family == "eks"
+        or key == "gpu_operator.operands.driver"
+        or key.startswith("nvidia_driver.preinstalled")
+    )
+
+
+def site_pin(sources: set[str]) -> Callable[[str, str], bool]:
+    """The pins a bare-metal site runs: the drivers of the install sources its hosts use (each
+    release's build too), containerd, and the upstream Kubernetes minor."""
+
+    def runs(key: str, family: str) -> bool:
+        driver = key.startswith("nvidia_driver.") and key.split(".")[1] in sources
+        return (
+            driver or key.startswith("containerd") or (key, family) == ("kubernetes", "kubernetes")
+        )
+
+    return runs
+
+
+def check(
+    v: Versions,
+    today: dt.date,
+    soon_days: int = 90,
+    runs: Callable[[str, str], bool] | None = None,
+) -> list[Finding]:
+    """One finding per dated pin (past, soon, ok) and per pin the table cannot date; ``runs``
+    keeps only the pins one environment runs (see ``stack_pin``, ``site_pin``)."""
     data = table()
     findings = []
     for key, family, line in pinned_lines(v):
+        if runs is not None and not runs(key, family):
+            continue
         window = _line(data["lines"], family, line, key)
         label = {
             "nvidia_driver": f"driver branch R{line}",
@@ -110,6 +149,17 @@ def check(v: Versions, today: dt.date, soon_days: int = 90) -> list[Finding]:
     for name, reason in (data.get("undated") or {}).items():
         findings.append(Finding(name, f"not dated: {reason}", "undated"))
     return findings
+
+
+def prod_problems(
+    v: Versions, today: dt.date, runs: Callable[[str, str], bool] | None = None
+) -> list[str]:
+    """What stops a production change: each pin it runs that is past its end of support."""
+    return [
+        f"versions.yaml: {finding} (environment prod)"
+        for finding in check(v, today, runs=runs)
+        if finding.state == "past"
+    ]
 
 
 EKS_AMI_VERIFY = (

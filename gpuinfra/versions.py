@@ -79,9 +79,22 @@ class Source(Strict):
         return "Amazon EKS control plane"
 
 
+class ReleasePin(Strict):
+    """The build of one distribution release, where a fleet mixes releases (Debian 12 and 13):
+    the same packages from that release's suite, at that release's version."""
+
+    version: str
+    package_version: str
+    # The CUDA version this release's driver serves (driver entries only).
+    cuda: str | None = None
+
+
 class Component(Strict):
     version: str
     source: Source
+    # Builds of other releases of the distribution, by suite (codename): the entry's own
+    # version is that of ``source.suite``.
+    releases: dict[str, ReleasePin] = Field(default_factory=dict)
     # The image or package tag when it is not the plain version (Triton's 26.07-py3).
     tag: str | None = None
     # An image's content digest (sha256:<64 hex>): the image is then pulled by digest, and a
@@ -93,6 +106,15 @@ class Component(Strict):
         """The image reference to run: by digest where one is pinned, else by tag."""
         ref = f"{self.source.image}:{self.tag or self.version}"
         return f"{ref}@{self.digest}" if self.digest else ref
+
+    def suites(self) -> list[str]:
+        """The distribution releases this entry pins a build for, its own suite first."""
+        own = [self.source.suite.split("-")[0]] if self.source.suite else []
+        return own + [r for r in self.releases if r not in own]
+
+    def versions(self) -> list[str]:
+        """Every version this entry pins: its own, then one per listed release."""
+        return [self.version, *(r.version for r in self.releases.values())]
 
 
 class DriverBuild(Component):
@@ -344,6 +366,26 @@ def check(v: Versions) -> list[RuleProblem]:
             issue = pin_problem(comp.source.package_version, "package")
             if issue and "floats" in issue:
                 add(f"{name}.source.package_version", issue)
+        for suite, pin in comp.releases.items():
+            where = f"{name}.releases.{suite}"
+            if comp.source.type != "apt" or not comp.source.suite:
+                add(where, "only an apt entry with a suite takes builds per release")
+            elif suite == comp.source.suite.split("-")[0]:
+                add(where, f"'{suite}' is the entry's own suite; its build is the entry's version")
+            elif why := inputs.word_problem(suite):
+                add(where, why)
+            if issue := pin_problem(pin.version, name):
+                add(f"{where}.version", issue)
+                floating.add(where)
+            if (issue := pin_problem(pin.package_version, "package")) and "floats" in issue:
+                add(f"{where}.package_version", issue)
+            elif not pin.package_version.startswith(pin.version):
+                add(
+                    f"{where}.package_version",
+                    f"'{pin.package_version}' is not a build of {pin.version}",
+                )
+            if pin.cuda is not None and not isinstance(comp, DriverBuild):
+                add(f"{where}.cuda", "only a driver entry names the CUDA version it serves")
     release = (v.triton.tag or "").removesuffix("-py3")
     for variant, tag in v.triton.variants.items():
         if not re.fullmatch(rf"{re.escape(release)}-{re.escape(variant)}(-[a-z0-9]+)*-py3", tag):
@@ -358,14 +400,20 @@ def check(v: Versions) -> list[RuleProblem]:
             add(f"gpu_operator.operands.{operand}", issue)
             floating.add(f"gpu_operator.operands.{operand}")
 
-    # Driver >= what CUDA needs, for each install source.
+    # Driver >= what CUDA needs, for each install source and each release's build.
+    builds: list[tuple[str, str, str, str]] = []
     for source in type(v.nvidia_driver).model_fields:
         name = f"nvidia_driver.{source}"
         build = v.driver(source)
+        key = f"{name}.cuda" if build.cuda else "cuda.version"
+        builds.append((name, build.version, v.cuda_for(build), key))
+        for suite, pin in build.releases.items():
+            where = f"{name}.releases.{suite}"
+            cuda_key = f"{where}.cuda" if pin.cuda else key
+            builds.append((where, pin.version, pin.cuda or v.cuda_for(build), cuda_key))
+    for name, version, cuda, key in builds:
         if name in floating:
             continue
-        cuda = v.cuda_for(build)
-        key = f"{name}.cuda" if build.cuda else "cuda.version"
         if pin_problem(cuda, "cuda"):
             add(key, f"'{cuda}' is not a CUDA MAJOR.MINOR version")
             continue
@@ -376,10 +424,10 @@ def check(v: Versions) -> list[RuleProblem]:
                 f"CUDA {cuda} is not in the minimum-driver table ({CUDA_TABLE_SOURCE}); "
                 f"known: {', '.join(CUDA_MIN_DRIVER)}",
             )
-        elif parse(build.version) < parse(minimum):
+        elif parse(version) < parse(minimum):
             add(
                 f"{name}.version",
-                f"driver {build.version} is older than {minimum}, the minimum for CUDA {cuda} "
+                f"driver {version} is older than {minimum}, the minimum for CUDA {cuda} "
                 f"({CUDA_TABLE_SOURCE})",
             )
 

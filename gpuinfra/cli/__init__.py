@@ -54,16 +54,30 @@ class Format(StrEnum):
 
 
 def versions_document(v: versions_mod.Versions) -> list[dict[str, str | None]]:
-    return [
-        {
-            "component": name,
-            "version": comp.version,
-            "tag": comp.tag,
-            "source": comp.source.type,
-            "from": comp.source.describe(),
-        }
-        for name, comp in v.entries()
-    ]
+    rows: list[dict[str, str | None]] = []
+    for name, comp in v.entries():
+        rows.append(
+            {
+                "component": name,
+                "version": comp.version,
+                "tag": comp.tag,
+                "source": comp.source.type,
+                "from": comp.source.describe(),
+            }
+        )
+        # The same packages' build of another Debian release, right below the entry.
+        for suite, build in comp.releases.items():
+            rows.append(
+                {
+                    "component": f"{name}.releases.{suite}",
+                    "version": build.version,
+                    "tag": build.package_version,
+                    "source": comp.source.type,
+                    "from": f"{comp.source.type} {', '.join(comp.source.packages)} from "
+                    f"{comp.source.repository} {suite} {comp.source.component or ''}".rstrip(),
+                }
+            )
+    return rows
 
 
 @versions_app.command("show")
@@ -143,12 +157,34 @@ def versions_check(
     out.print(f"versions.yaml: {count} components pinned, all compatibility rules pass")
 
 
+AsOf = Annotated[
+    str | None,
+    typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
+]
+
+
+def prod_support_problems(
+    environment: str | None, as_of: str | None, *, sources: set[str] | None = None
+) -> list[str]:
+    """For a prod stack (``sources`` None) or a prod site (its hosts' driver sources): every
+    pin it runs that is past its end of support. Other environments get none."""
+    from gpuinfra import support
+    from gpuinfra import versions as versions_mod
+
+    if environment != Environment.prod:
+        return []
+    runs = support.stack_pin if sources is None else support.site_pin(sources)
+    return support.prod_problems(versions_mod.pinned(), _as_of(as_of), runs)
+
+
 @config_app.command("check")
 def config_check(
     stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    as_of: AsOf = None,
 ) -> None:
-    """Validate a stack file or a site inventory; exit 2 with one line per problem."""
+    """Validate a stack file or a site inventory; exit 2 with one line per problem. A prod stack
+    or site whose pins are past their end of support fails the check (exit 1)."""
     from gpuinfra import config, integrity
     from gpuinfra.loading import display_path
 
@@ -164,12 +200,17 @@ def config_check(
         warnings = integrity.check_stack(cfg, display_path(config.stack_path(stack)))
         for warning in warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
+        if problems := prod_support_problems(cfg.environment, as_of):
+            raise CheckFailed(problems)
         out.print(f"stack {stack}: valid ({len(cfg.node_pools)} node pools)")
     else:
         assert site is not None
         checked = integrity.load_checked_site(site)
         for warning in checked.warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
+        sources = checked.site.driver_sources()
+        if problems := prod_support_problems(checked.site.environment, as_of, sources=sources):
+            raise CheckFailed(problems)
         out.print(f"site {checked.site.name}: valid ({len(checked.site.hosts)} hosts)")
 
 

@@ -21,7 +21,7 @@ from gpuinfra.errors import CheckFailed
 if TYPE_CHECKING:
     from gpuinfra.lab import runner
 
-lab_app = typer.Typer(help="Local Debian 12 lab hosts (podman containers booting systemd).")
+lab_app = typer.Typer(help="Local Debian 12 or 13 lab hosts (podman containers booting systemd).")
 
 Prefix = Annotated[
     str | None,
@@ -48,9 +48,16 @@ def lab_up(
     hosts: Annotated[int, typer.Option(help="How many hosts")] = 2,
     prefix: Prefix = None,
     port_base: PortBase = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="Debian release of new hosts: bookworm (12) or trixie (13) "
+            "[env GPUINFRA_LAB_SUITE; default bookworm]; running hosts keep theirs"
+        ),
+    ] = None,
 ) -> None:
     """Start the lab hosts (kept when running) and write their inventory."""
-    settings = lab_mod.Settings.from_env(prefix, port_base)
+    settings = lab_mod.Settings.from_env(prefix, port_base, suite)
     started = lab_mod.up(settings, hosts, log=lambda line: out.print(f"lab: {escape(line)}"))
     for host in started:
         out.print(f"lab: {host.name} ready on 127.0.0.1:{host.port}")

@@ -142,8 +142,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fmt: FormatOption = ReviewFormat.table,
         out: OutOption = None,
+        as_of: Annotated[
+            str | None,
+            typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
+        ] = None,
     ) -> None:
-        """The desired state of a stack or a site, offline: resources, releases, versions, cost."""
+        """The desired state of a stack or a site, offline: resources, releases, versions, cost.
+        A prod stack or site with a pin past its end of support fails after the plan (exit 1)."""
+        from gpuinfra.cli import prod_support_problems
         from gpuinfra.review import plan as plan_mod
 
         if stack is not None and site is not None:
@@ -160,10 +166,22 @@ def register(app: typer.Typer) -> None:
             emit(plan_mod.render_markdown(doc), out)
         else:
             emit(render_text(plan_tables(doc)), out)
+        failed: list[str] = []
         policy = doc.get("policy")
         if policy is not None and not policy["passed"]:
+            failed += [f"policy {v['policy']}: {v['message']}" for v in policy["violations"]]
+        if stack is not None:
+            failed += prod_support_problems(doc["cost"]["environment"], as_of)
+        elif site is not None:
+            from gpuinfra import site as site_mod
+
+            served = site_mod.load_site(site)
+            failed += prod_support_problems(
+                served.environment, as_of, sources=served.driver_sources()
+            )
+        if failed:
             # The plan is shown whole, then the command fails as a check does (exit 1).
-            raise CheckFailed(f"policy {v['policy']}: {v['message']}" for v in policy["violations"])
+            raise CheckFailed(failed)
 
     @app.command("cost")
     def cost(

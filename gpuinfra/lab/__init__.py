@@ -1,4 +1,4 @@
-"""The lab: real Debian 12 hosts as podman containers that boot systemd, reached over SSH.
+"""The lab: real Debian 12 (or 13) hosts as podman containers that boot systemd, reached over SSH.
 
 Each host is a container of a debootstrap image, started as root with runc and cgroupfs (crun
 fails on this machine's cgroups), podman's default ulimits switched off through a containers.conf
@@ -41,13 +41,41 @@ DEFAULT_PORT_BASE = 2200
 DEFAULT_PROXY_PORT = 3143
 CACHE_DIR = Path(os.environ.get("GPUINFRA_LAB_CACHE", "/var/cache/gpuinfra"))
 SUITE = "bookworm"
+# The Debian releases a lab host can run (bookworm's debootstrap builds both), by codename.
+SUITES = {"bookworm": "12", "trixie": "13"}
 INCLUDE = ("systemd-sysv", "openssh-server", "python3", "sudo", "gnupg", "ca-certificates")
 ARCHIVE = "http://deb.debian.org/debian"
-_SOURCES = f"""\
-deb {ARCHIVE} {SUITE} main non-free non-free-firmware
-deb {ARCHIVE} {SUITE}-updates main non-free non-free-firmware
-deb http://deb.debian.org/debian-security {SUITE}-security main non-free non-free-firmware
+_SOURCES = """\
+deb {archive} {suite} main non-free non-free-firmware
+deb {archive} {suite}-updates main non-free non-free-firmware
+deb http://deb.debian.org/debian-security {suite}-security main non-free non-free-firmware
 """
+# Debian 13 installs its sources as one deb822 file and no /etc/apt/sources.list: the lab's
+# trixie hosts are built the same way, so the roles meet the layout a real Debian 13 host has.
+_DEB822_SOURCES = """\
+Types: deb
+URIs: {archive}
+Suites: {suite} {suite}-updates
+Components: main non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: {suite}-security
+Components: main non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+
+def apt_sources(suite: str) -> tuple[str, str]:
+    """Where a lab host of ``suite`` keeps its apt sources, and what they say."""
+    if suite == "bookworm":
+        return "etc/apt/sources.list", _SOURCES.format(archive=ARCHIVE, suite=suite)
+    return "etc/apt/sources.list.d/debian.sources", _DEB822_SOURCES.format(
+        archive=ARCHIVE, suite=suite
+    )
+
+
 # Only remapped repositories are forwarded (ForceManaged): Debian's archive and its security
 # archive. Any other URL asked of the proxy is refused.
 _ACNG_CONF = """\
@@ -93,10 +121,14 @@ class Settings:
     port_base: int = DEFAULT_PORT_BASE
     proxy_port: int = DEFAULT_PROXY_PORT
     root: Path = field(default_factory=repo_root)
+    # The Debian release the lab's hosts run (a key of SUITES).
+    suite: str = SUITE
 
     @classmethod
-    def from_env(cls, prefix: str | None = None, port_base: int | None = None) -> Settings:
-        """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / GPUINFRA_APT_PROXY_PORT.
+    def from_env(
+        cls, prefix: str | None = None, port_base: int | None = None, suite: str | None = None
+    ) -> Settings:
+        """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / _SUITE / GPUINFRA_APT_PROXY_PORT.
 
         An option given empty or out of range is an error naming it, never the default: a
         ``lab down --prefix ''`` must not act on the default lab.
@@ -125,6 +157,14 @@ class Settings:
         else:
             base_where = "GPUINFRA_LAB_PORT_BASE"
             base = _env_int("GPUINFRA_LAB_PORT_BASE", DEFAULT_PORT_BASE)
+        suite_where = "--suite" if suite is not None else "GPUINFRA_LAB_SUITE"
+        if suite is None:
+            suite = os.environ.get("GPUINFRA_LAB_SUITE", SUITE)
+        if suite not in SUITES:
+            raise UsageError(
+                f"{suite_where} {suite[:40]!r}: allowed "
+                + ", ".join(f"{name} (Debian {number})" for name, number in SUITES.items())
+            )
         proxy = _env_int("GPUINFRA_APT_PROXY_PORT", DEFAULT_PROXY_PORT)
         for name, value in ((base_where, base), ("GPUINFRA_APT_PROXY_PORT", proxy)):
             if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
@@ -132,7 +172,7 @@ class Settings:
                     f"{name} {value}: allowed {PORT_RANGE[0]}-{PORT_RANGE[1]} (unprivileged "
                     "ports; host N listens on the base + N)"
                 )
-        return cls(prefix=prefix, port_base=base, proxy_port=proxy)
+        return cls(prefix=prefix, port_base=base, proxy_port=proxy, suite=suite)
 
     @property
     def state_dir(self) -> Path:
@@ -206,15 +246,21 @@ def podman(*args: str, check: bool = True, timeout: float = 600) -> str:
     return proc.stdout
 
 
-def image_name() -> str:
+def image_name(suite: str = SUITE) -> str:
     """The image tag changes with the recipe, so a changed recipe builds a new image."""
-    recipe = f"{SUITE} minbase {','.join(INCLUDE)} {_SOURCES}"
-    return f"localhost/gpuinfra-lab:{SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+    where, sources = apt_sources(suite)
+    recipe = f"{suite} minbase {','.join(INCLUDE)} {sources}"
+    if where != apt_sources(SUITE)[0]:
+        recipe += f" {where}"
+    return f"localhost/gpuinfra-lab:{suite}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
 
 
-def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -> str:
-    """The lab image, built once with debootstrap through the apt proxy and kept by podman."""
-    name = image_name()
+def ensure_image(
+    proxy_port: int, log: Callable[[str], None] = lambda _: None, suite: str = SUITE
+) -> str:
+    """The lab image of ``suite``, built once with debootstrap through the apt proxy and kept
+    by podman."""
+    name = image_name(suite)
     if _image_exists(name):
         return name
     log(f"building {name} with debootstrap (once)")
@@ -224,7 +270,7 @@ def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -
         rootfs = Path(tmp) / "rootfs"
         mirror = f"http://127.0.0.1:{proxy_port}/debian"
         cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}"]
-        cmd += [SUITE, str(rootfs), mirror]
+        cmd += [suite, str(rootfs), mirror]
         wgetrc = Path(tmp) / "wgetrc"
         wgetrc.write_text(_WGETRC)
         returncode, output = _run_bounded(cmd, DEBOOTSTRAP_TIMEOUT, {"WGETRC": str(wgetrc)})
@@ -236,7 +282,11 @@ def ensure_image(proxy_port: int, log: Callable[[str], None] = lambda _: None) -
         if returncode != 0:
             tail = output.strip().splitlines()[-1:]
             raise ToolError(f"debootstrap failed: {' '.join(tail)}")
-        (rootfs / "etc/apt/sources.list").write_text(_SOURCES)
+        where, sources = apt_sources(suite)
+        (rootfs / where).write_text(sources)
+        if where != "etc/apt/sources.list":
+            # debootstrap writes its mirror here; a Debian 13 host has no such file.
+            (rootfs / "etc/apt/sources.list").unlink(missing_ok=True)
         # systemd makes a machine id from the container's on first boot.
         (rootfs / "etc/machine-id").write_text("")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
@@ -649,7 +699,7 @@ def up(
         raise UsageError("the lab runs podman as root: run it as root")
     if ensure_proxy(settings.proxy_port):
         log(f"apt proxy started on 127.0.0.1:{settings.proxy_port}")
-    image = ensure_image(settings.proxy_port, log)
+    image = ensure_image(settings.proxy_port, log, settings.suite)
     existing = {h.name: h for h in hosts(settings)}
     wanted: list[Host] = []
     for index in range(1, count + 1):

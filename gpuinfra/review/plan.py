@@ -40,6 +40,12 @@ def versions_section(pins: versions_mod.Versions) -> dict[str, dict[str, str | N
     section: dict[str, dict[str, str | None]] = {}
     for name, comp in pins.entries():
         section[name] = {"version": comp.version, "tag": comp.tag, "source": comp.source.describe()}
+        for suite, build in comp.releases.items():
+            section[f"{name}.releases.{suite}"] = {
+                "version": build.version,
+                "tag": None,
+                "source": f"{comp.source.type} {', '.join(comp.source.packages)} from {suite}",
+            }
     for operand, value in sorted(pins.gpu_operator.operands.items()):
         section[f"gpu_operator.operands.{operand}"] = {
             "version": value,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
+from pathlib import Path
 
 from gpuinfra import support, versions
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 PINS = versions.pinned()
 
@@ -36,9 +38,9 @@ def test_a_pin_past_its_end_and_one_close_to_it() -> None:
         "past",
         "containerd 1.6 ended 2025-07-23",
     )
-    eks = next(f for f in support.check(PINS, dt.date(2026, 12, 1)) if "EKS" in f.message)
+    eks = next(f for f in support.check(PINS, dt.date(2027, 2, 1)) if "EKS" in f.message)
     assert eks.state == "soon"
-    assert eks.message.startswith("EKS 1.34 standard support ends 2026-12-02, in 1 day(s)")
+    assert eks.message.startswith("EKS 1.35 standard support ends 2027-03-27, in 54 day(s)")
 
 
 def test_the_same_pins_a_year_earlier_are_supported() -> None:
@@ -61,12 +63,13 @@ def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
     text = " ".join(result.stdout.split())
     assert "warning: versions.yaml: containerd: containerd 1.6 ended 2025-07-23" in text
     assert (
-        "aws ssm get-parameter --name /aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
+        "aws ssm get-parameter --name /aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
         in text
     )
     prod = run_cli("versions", "check", "--environment", "prod", "--as-of", "2026-12-01")
     assert prod.code == 1
     errors = [line for line in prod.stderr.splitlines() if line.startswith("error:")]
+    # R535, containerd 1.6 (Debian 12) and 1.7 (Debian 13); Kubernetes 1.35 is only close.
     assert len(errors) == 3
     assert all(line.endswith("(environment prod)") for line in errors)
     early = run_cli("versions", "check", "--environment", "prod", "--as-of", "2025-06-01")
@@ -79,4 +82,59 @@ def test_a_bad_date_is_a_usage_error() -> None:
     assert (
         result.stderr.strip().splitlines()[-1]
         == "error: --as-of: '2026-13-01' is not a date (allowed: YYYY-MM-DD)"
+    )
+
+
+def test_each_release_build_is_judged_on_its_own_line() -> None:
+    found = {f.key: f for f in support.check(PINS, dt.date(2026, 12, 1))}
+    trixie = found["containerd.releases.trixie"]
+    assert trixie.message.startswith("containerd 1.7 ")
+    driver = found["nvidia_driver.distro.releases.trixie"]
+    assert driver.message.startswith("driver branch R550")
+
+
+def test_a_prod_stack_is_judged_on_the_pins_it_runs() -> None:
+    # EKS runs the AMI's driver and EKS's calendar: Debian's R535 and containerd do not stop it.
+    ok = run_cli("config", "check", "--stack", "prod", "--as-of", "2026-12-01")
+    assert ok.code == 0, ok.stderr
+    late = run_cli("config", "check", "--stack", "prod", "--as-of", "2027-04-01")
+    assert late.code == 1
+    [line] = late.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: versions.yaml: kubernetes: EKS 1.35 standard support ended 2027-03-27"
+    )
+    assert line.endswith("(environment prod)")
+    # Another environment only warns through `versions check`.
+    dev = run_cli("config", "check", "--stack", "dev", "--as-of", "2027-04-01")
+    assert dev.code == 0, dev.stderr
+    plan = run_cli("plan", "--stack", "prod", "--as-of", "2027-04-01", "--format", "json")
+    assert plan.code == 1
+    assert '"kind": "stack"' in plan.stdout
+    assert "EKS 1.35 standard support ended 2027-03-27" in plan.stderr
+
+
+def test_a_prod_site_is_judged_on_the_driver_sources_its_hosts_use(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    (site / "group_vars" / "all" / "environment.yml").write_text("gpuinfra_environment: prod\n")
+    result = run_cli("config", "check", "--site", str(site), "--as-of", "2026-12-01")
+    assert result.code == 1, result.stdout
+    errors = result.stderr.strip().splitlines()
+    keys = sorted(line.split(": ")[2] for line in errors)
+    # The example's hosts take the distro driver: R535 ended; so did containerd 1.6 and 1.7.
+    assert keys == ["containerd", "containerd.releases.trixie", "nvidia_driver.distro"], errors
+    plan = run_cli("plan", "--site", str(site), "--as-of", "2026-12-01", "--format", "json")
+    assert plan.code == 1
+    assert "driver branch R535 ended 2026-06-30" in plan.stderr
+
+
+def test_a_site_environment_must_be_one_of_the_three(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    (site / "group_vars" / "all" / "environment.yml").write_text("gpuinfra_environment: prd\n")
+    result = run_cli("config", "check", "--site", str(site))
+    assert result.code == 2
+    assert result.stderr.strip().endswith(
+        "environment.yml: gpuinfra_environment: 'prd' is not an environment "
+        "(allowed: dev, staging, prod)"
     )

@@ -148,7 +148,7 @@ def test_ami_must_match_kubernetes_minor() -> None:
     out = messages(broken(lambda d: d["eks_gpu_ami"].__setitem__("version", "1.33.5-20261110")))
     assert out == [
         "eks_gpu_ami.version: AMI release 1.33.5-20261110 is built for Kubernetes 1.33, "
-        "not the pinned 1.34"
+        "not the pinned 1.35"
     ]
 
 
@@ -184,3 +184,44 @@ def test_an_image_pinned_by_digest_runs_by_digest() -> None:
         update={"triton": pins.triton.model_copy(update={"digest": "sha256:abc"})}
     )
     assert [p.key for p in versions.check(bad)] == ["triton.digest"]
+
+
+def test_a_release_build_is_checked_like_the_entry() -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        trixie = d["nvidia_driver"]["distro"]["releases"]["trixie"]
+        trixie["version"] = "535.261.03"  # trixie's CUDA 12.4 needs 550.54.14
+        trixie["package_version"] = "535.261.03-1"
+        d["containerd"]["releases"]["trixie"]["package_version"] = "1.7.29~ds1-1"
+
+    out = messages(broken(mutate))
+    assert out == [
+        "containerd.releases.trixie.package_version: '1.7.29~ds1-1' is not a build of 1.7.24",
+        "nvidia_driver.distro.releases.trixie.version: driver 535.261.03 is older than 550.54.14, "
+        f"the minimum for CUDA 12.4 ({versions.CUDA_TABLE_SOURCE})",
+    ]
+
+
+def test_builds_per_release_only_on_a_suite_of_their_own() -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["nvidia_driver"]["distro"]["releases"]["bookworm"] = {
+            "version": "535.309.01",
+            "package_version": "535.309.01-0+deb12u1",
+        }
+        d["nvidia_container_toolkit"]["releases"] = {
+            "trixie": {"version": "1.20.0", "package_version": "1.20.0-1"}
+        }
+
+    out = messages(broken(mutate))
+    assert out == [
+        "nvidia_driver.distro.releases.bookworm: 'bookworm' is the entry's own suite; its build "
+        "is the entry's version",
+        "nvidia_container_toolkit.releases.trixie: only an apt entry with a suite takes builds "
+        "per release",
+    ]
+
+
+def test_a_floating_release_build_is_refused() -> None:
+    out = messages(
+        broken(lambda d: d["containerd"]["releases"]["trixie"].__setitem__("version", "latest"))
+    )
+    assert "containerd.releases.trixie.version: 'latest' floats; pin an exact version" in out

@@ -640,7 +640,7 @@ CASES: list[Case] = [
         "versions-unknown-key",
         sub("versions.yaml", "kueue:\n  version:", "kueue:\n  channel: x\n  version:"),
         "kueue.channel",
-        "allowed: 'digest', 'note', 'source', 'tag' or 'version'",
+        "allowed: 'digest', 'note', 'releases', 'source', 'tag' or 'version'",
     ),
     vers(
         "versions-source-typo",

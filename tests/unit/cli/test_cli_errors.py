@@ -49,6 +49,10 @@ def test_versions_show_json_lists_every_component() -> None:
     rows = {row["component"]: row for row in json.loads(result.stdout)["versions"]}
     assert rows["kube_prometheus_stack"]["version"] == "88.5.3"
     assert rows["nvidia_driver.distro"]["from"].endswith("bookworm non-free")
+    trixie = rows["nvidia_driver.distro.releases.trixie"]
+    assert (trixie["version"], trixie["tag"]) == ("550.163.01", "550.163.01-2")
+    assert trixie["from"].endswith("trixie non-free")
+    assert rows["containerd.releases.trixie"]["tag"] == "1.7.24~ds1-6+deb13u1"
 
 
 def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
@@ -60,7 +64,7 @@ def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
         2,
         [
             "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'digest', 'note', "
-            "'source', 'tag' or 'version')"
+            "'releases', 'source', 'tag' or 'version')"
         ],
     )
 

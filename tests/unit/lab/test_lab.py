@@ -25,6 +25,30 @@ def test_settings_come_from_options_then_environment(monkeypatch: pytest.MonkeyP
     assert explicit.inventory_dir == explicit.root / "inventory" / "lab"
 
 
+def test_the_suite_comes_from_the_option_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert lab.Settings.from_env(prefix="lab").suite == "bookworm"
+    monkeypatch.setenv("GPUINFRA_LAB_SUITE", "trixie")
+    assert lab.Settings.from_env(prefix="lab").suite == "trixie"
+    assert lab.Settings.from_env(prefix="lab", suite="bookworm").suite == "bookworm"
+    monkeypatch.setenv("GPUINFRA_LAB_SUITE", "sid")
+    with pytest.raises(UsageError) as info:
+        lab.Settings.from_env(prefix="lab")
+    assert str(info.value) == (
+        "GPUINFRA_LAB_SUITE 'sid': allowed bookworm (Debian 12), trixie (Debian 13)"
+    )
+
+
+def test_a_trixie_host_gets_deb822_sources_and_an_image_of_its_own() -> None:
+    where, text = lab.apt_sources("trixie")
+    assert where == "etc/apt/sources.list.d/debian.sources"
+    assert "Suites: trixie trixie-updates" in text and "Suites: trixie-security" in text
+    assert lab.apt_sources("bookworm")[0] == "etc/apt/sources.list"
+    assert lab.image_name("trixie").startswith("localhost/gpuinfra-lab:trixie-")
+    assert lab.image_name("bookworm") != lab.image_name("trixie").replace("trixie", "bookworm")
+
+
 @pytest.mark.parametrize(
     ("prefix", "port_base", "message"),
     [

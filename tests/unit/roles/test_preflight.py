@@ -157,7 +157,11 @@ def test_the_toolkit_role_alone_refuses_an_unsupported_release_before_writing(
 def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     versions = yaml.safe_load((ROOT / "versions.yaml").read_text())
     versions["nvidia_driver"]["distro"]["source"]["suite"] = "trixie"
+    versions["nvidia_driver"]["distro"]["releases"] = {}
     versions["containerd"]["source"]["suite"] = "trixie"
+    versions["containerd"]["releases"] = {
+        "forky": {"version": "2.1.4", "package_version": "2.1.4-1"}
+    }
     other = tmp_path / "versions.yaml"
     other.write_text(yaml.safe_dump(versions))
     release = subprocess.run(
@@ -173,6 +177,7 @@ def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path
         f"from trixie; this host runs Debian" in output
     )
     assert f"({release}), whose archive does not carry that build" in output
+    assert f"Builds are pinned for: trixie, forky. Add one for {release} under containerd" in output
     driver = tmp_path / "driver.yml"
     driver.write_text(
         (ROOT / "playbooks" / "nodes.yml")
@@ -186,6 +191,81 @@ def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path
     assert (
         "versions.yaml pins nvidia_driver.distro 535.261.03-1 from trixie; this host runs" in output
     )
+    assert (
+        f"Builds are pinned for: trixie. Add one for {release} under nvidia_driver.distro" in output
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_host_takes_the_build_pinned_for_its_own_release(tmp_path: Path) -> None:
+    """An entry from another suite whose `releases` lists this machine's: the host's own build is
+    taken, and named in the install request."""
+    release = subprocess.run(
+        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
+    ).stdout.strip()
+    versions = yaml.safe_load((ROOT / "versions.yaml").read_text())
+    distro = versions["nvidia_driver"]["distro"]
+    own = {"version": distro["version"], "package_version": distro["source"]["package_version"]}
+    distro.update(version="550.163.01", cuda="12.4", releases={release: own})
+    distro["source"].update(suite="other", package_version="550.163.01-2")
+    versions["containerd"]["source"]["suite"] = "other"
+    versions["containerd"]["releases"] = {
+        release: {"version": "1.6.20", "package_version": "1.6.20~ds1-1+deb12u3"}
+    }
+    other = tmp_path / "versions.yaml"
+    other.write_text(yaml.safe_dump(versions))
+    playbook = tmp_path / "pins.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(other),
+                                "name": "gpuinfra_versions",
+                            }
+                        }
+                    ],
+                    # Their variables only: the tasks below read what each role would install.
+                    "roles": [
+                        {"role": name, "tags": ["never"]}
+                        for name in ("nvidia_container_toolkit", "gpu_node_check")
+                    ],
+                    "tasks": [
+                        {
+                            "ansible.builtin.include_role": {
+                                "name": "nvidia_driver",
+                                "tasks_from": "preflight",
+                                "public": True,
+                            },
+                            "vars": {"nvidia_driver_version": None},
+                        },
+                        {
+                            "ansible.builtin.debug": {
+                                "msg": "pin={{ _nvidia_driver_apt_version }} "
+                                "containerd={{ nvidia_container_toolkit_containerd_package_version }} "
+                                "expected={{ gpu_node_check_expected_driver }}"
+                            },
+                            "vars": {"gpu_node_check_driver_source": "distro"},
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    (tmp_path / "roles").symlink_to(ROOT / "roles")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    result = run_playbook_here(tmp_path, "-i", str(inventory), str(playbook))
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "whose archive does not carry that build" not in output, output
+    assert (
+        f"pin={own['package_version']} containerd=1.6.20~ds1-1+deb12u3 expected={own['version']}"
+        in output
+    ), output
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")

@@ -1,0 +1,98 @@
+"""playbooks/nodes.yml on a Debian 13 (trixie) lab host: the host takes the builds versions.yaml
+pins for trixie, its only apt sources are deb822, and a second converge changes nothing.
+
+One host of its own lab (its own prefix, ports above the main lab's), built by the lab's recipe
+with bookworm's debootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from gpuinfra import lab, versions
+from gpuinfra.lab import aptrepo, runner
+
+from .conftest import PORT_BASE, PREFIX, host_connection
+
+pytestmark = pytest.mark.lab
+
+PINS = versions.pinned()
+DRIVER = PINS.driver("distro").releases["trixie"]
+CONTAINERD = PINS.containerd.releases["trixie"]
+HOST = f"{PREFIX}t-1"
+
+
+@pytest.fixture(scope="module")
+def trixie_settings() -> lab.Settings:
+    # Host N of the main lab listens on PORT_BASE + N (N <= 32): this lab starts above it.
+    return lab.Settings.from_env(prefix=f"{PREFIX}t", port_base=PORT_BASE + 40, suite="trixie")
+
+
+@pytest.fixture(scope="module")
+def trixie_inventory(trixie_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[Path]:
+    lab.down(trixie_settings)
+    lab.up(trixie_settings, 1, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
+    try:
+        yield trixie_settings.hosts_file
+    finally:
+        lab.down(trixie_settings)
+
+
+@pytest.fixture(scope="module")
+def converges(trixie_inventory: Path, repo_root: Path) -> tuple[runner.RunResult, runner.RunResult]:
+    playbook = repo_root / "playbooks" / "nodes.yml"
+    first = runner.converge(playbook, trixie_inventory)
+    assert first.ok, first.failures
+    second = runner.converge(playbook, trixie_inventory)
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def trixie(
+    trixie_settings: lab.Settings, converges: tuple[runner.RunResult, runner.RunResult]
+) -> testinfra.host.Host:
+    del converges
+    return host_connection(trixie_settings, HOST)
+
+
+def test_the_host_is_debian_13_with_deb822_sources_only(trixie: testinfra.host.Host) -> None:
+    assert trixie.system_info.codename == "trixie"
+    assert trixie.check_output("cut -d. -f1 /etc/debian_version") == "13"
+    assert not trixie.file("/etc/apt/sources.list").exists
+    assert trixie.file("/etc/apt/sources.list.d/debian.sources").is_file
+
+
+def test_the_driver_and_containerd_are_trixies_pinned_builds_and_held(
+    trixie: testinfra.host.Host,
+) -> None:
+    for package in ("nvidia-driver", "nvidia-kernel-dkms"):
+        assert trixie.package(package).version == DRIVER.package_version, package
+    assert trixie.package("containerd").version == CONTAINERD.package_version
+    held = set(trixie.check_output("apt-mark showhold").split())
+    assert {"nvidia-driver", "nvidia-kernel-dkms"} <= held
+    policy = trixie.check_output("apt-cache policy nvidia-driver")
+    candidate = next(line for line in policy.splitlines() if "Candidate:" in line)
+    assert candidate.split()[-1] == DRIVER.package_version
+
+
+def test_containerd_1_7_accepts_the_nvidia_runtime_dropin(trixie: testinfra.host.Host) -> None:
+    assert trixie.service("containerd").is_running
+    dump = trixie.check_output("containerd config dump")
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
+
+
+def test_the_node_check_expects_trixies_driver(trixie: testinfra.host.Host) -> None:
+    report = trixie.file("/var/lib/gpuinfra/node-check.json").content_string
+    assert DRIVER.version in report
+
+
+def test_a_second_converge_changes_nothing(
+    converges: tuple[runner.RunResult, runner.RunResult],
+) -> None:
+    second = converges[1]
+    assert second.ok, second.failures
+    assert second.changed() == {HOST: 0}
