@@ -1,0 +1,81 @@
+"""Serving groups on a real Triton: from one shared repository, each group's server loads only
+its own models, and a canary serves the versions its own config names.
+
+The server is the pinned local Triton (``scripts/setup-triton.sh``), bound to 127.0.0.1; without
+it these tests skip, except under ``GPUINFRA_REQUIRE_TRITON=1``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuinfra import addons
+from gpuinfra.addons import triton
+from gpuinfra.errors import UsageError
+from gpuinfra.lab import triton as local
+from tests.unit.addons.conftest import SCENARIOS
+
+_PORTS = itertools.count(18500, 3)
+
+
+@pytest.fixture(scope="module")
+def inst() -> local.Installation:
+    try:
+        return local.installation()
+    except UsageError as missing:
+        if os.environ.get("GPUINFRA_REQUIRE_TRITON") == "1":
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
+
+
+def _ports() -> tuple[int, int, int]:
+    first = next(_PORTS)
+    return first, first + 1, first + 2
+
+
+SETTINGS = addons.AddonsSettings.model_validate(SCENARIOS["serving-groups"]).triton
+GROUPS = {g.name: g for g in triton.groups(SETTINGS)}
+
+
+@pytest.fixture(scope="module")
+def repository(inst: local.Installation, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One repository for every group, as the S3 prefix holds it: each model, the canary's
+    config, and the version directories stable's and the canary's policies need."""
+    work = tmp_path_factory.mktemp("groups")
+    files = dict(addons.render("triton", SETTINGS).files)
+    local.model_repository(triton.served_models(SETTINGS), files, work / "models")
+    local.backends(inst, work / "backends")
+    return work
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_each_group_serves_only_its_models_at_the_declared_versions(
+    inst: local.Installation, repository: Path, name: str
+) -> None:
+    group = GROUPS[name]
+    server = local.start(
+        inst,
+        repository / "models",
+        repository / "backends",
+        ports=_ports(),
+        model_args=triton.model_args(group),
+    )
+    try:
+        index = server.client().get_model_repository_index().models
+        ready = sorted((m.name, int(m.version)) for m in index if m.state == "READY")
+        problems = triton.index_problems(
+            group.models, [(m.name, int(m.version or 0), m.state) for m in index if m.state]
+        )
+    finally:
+        server.stop()
+    # Every other model of the repository is listed but not loaded.
+    assert {model for model, _ in ready} == {m.name for m in group.models}
+    assert problems == []
+    if name == "triton-bert-canary":
+        assert ready == [("bert", 3)]
+    elif name == "triton-bert":
+        assert ready == [("bert", 2)]
