@@ -16,7 +16,7 @@ from gpuinfra.errors import CheckFailed, UsageError
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
     from gpuinfra.lab.tune import Result
-    from gpuinfra.modeledit import ModelFile
+    from gpuinfra.modeledit import GroupFile, ModelFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
 
@@ -178,6 +178,64 @@ def tune(
     where.path.write_text(after, "utf-8")
     _record(record, result)
     say(f"wrote {shown} and {display_path(record)}")
+
+
+@triton_app.command("canary")
+def canary(
+    group: Annotated[str, typer.Argument(help="The serving group whose canary to weigh")],
+    weight: Annotated[
+        int | None,
+        typer.Argument(help="Percent of the group's traffic the canary gets, 0 to 100"),
+    ] = None,
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Roll back: delete the canary and its pods")
+    ] = False,
+    write: Annotated[
+        bool, typer.Option("--write/--dry-run", help="Write the change into the file")
+    ] = True,
+) -> None:
+    """Shift a serving group's traffic to its canary (0 rolls back), as a reviewable change."""
+    from gpuinfra import modeledit
+    from gpuinfra.loading import display_path
+
+    if remove == (weight is not None):
+        raise UsageError("give exactly one of WEIGHT (0 to 100) or --remove")
+    settings, where = _group_source(stack, site)
+    before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
+    shown = display_path(where.path)
+    for line in difflib.unified_diff(
+        before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+    ):
+        say(line)
+    if not write:
+        say("dry run: nothing written")
+        return
+    where.path.write_text(after, "utf-8")
+    say(f"wrote {shown}: review it with `gpuinfra diff`")
+
+
+def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, GroupFile]:
+    """The Triton settings, and the file that declares their serving groups."""
+    from gpuinfra import addons, config
+    from gpuinfra import site as site_mod
+    from gpuinfra.modeledit import GroupFile
+    from gpuinfra.paths import repo_root
+
+    if (stack is None) == (site is None):
+        raise UsageError("give exactly one of --stack ENV or --site DIR")
+    if stack is not None:
+        return config.load_stack(stack).addons.triton, GroupFile.stack(config.stack_path(stack))
+    assert site is not None
+    loaded = site_mod.load_site(site)
+    key = "triton_serving_groups"
+    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
+    if not origins:
+        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
+    origin = Path(origins[0])
+    path = origin if origin.is_absolute() else repo_root() / origin
+    return addons.settings_from_site(loaded).triton, GroupFile.site(path)
 
 
 @triton_app.command("verify")
