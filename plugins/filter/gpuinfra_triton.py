@@ -13,9 +13,12 @@ from ansible.errors import AnsibleFilterError
 
 
 def triton_repository_problems(
-    keys: list[str], models: list[dict[str, Any]], prefix: str = ""
+    keys: list[str], models: list[dict[str, Any]] | dict[str, Any], prefix: str = ""
 ) -> list[str]:
-    """One line per missing version directory or backend file, given the listed keys."""
+    """One line per missing version directory or backend file, given the listed keys.
+
+    ``models`` is the models list, or Triton's whole settings: then every model as some pod
+    serves it, a canary's version policy too."""
     try:
         from gpuinfra.addons import triton
     except ImportError as err:
@@ -26,8 +29,11 @@ def triton_repository_problems(
     relative = [key[len(start) :] for key in keys if key.startswith(start)]
     # Ansible hands over its own container and string types; plain JSON data is what the
     # settings model validates.
-    plain = json.loads(json.dumps(list(models), default=str))
-    parsed = [triton.TritonModel.model_validate(model) for model in plain]
+    plain = json.loads(json.dumps(models, default=str))
+    if isinstance(plain, dict):
+        parsed = triton.served_models(triton.TritonSettings.model_validate(plain))
+    else:
+        parsed = [triton.TritonModel.model_validate(model) for model in plain]
     return triton.repository_problems(parsed, relative)
 
 
