@@ -243,6 +243,10 @@ def verify(
     url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
     stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(help="The Deployment checked: triton-<group> or triton-<group>-canary"),
+    ] = None,
 ) -> None:
     """Compare a running Triton's repository index with the declared version policies."""
     from tritonclient.grpc import InferenceServerClient
@@ -251,12 +255,20 @@ def verify(
     from gpuinfra.addons import triton as spec
 
     settings, _, source, _ = _source(stack, site)
+    groups = {g.name: g for g in spec.groups(settings)}
+    if group is None and len(groups) > 1:
+        raise UsageError(f"--group: give the Deployment checked ({', '.join(groups)})")
+    if group is not None and group not in groups:
+        raise UsageError(
+            f"--group: {group!r} is not a Deployment of {source} ({', '.join(groups)})"
+        )
+    served = groups[group] if group is not None else next(iter(groups.values()))
     try:
         index = InferenceServerClient(url).get_model_repository_index().models
     except InferenceServerException as failed:
         raise CheckFailed([f"Triton at {url}: {failed.message()}"]) from None
     entries = [(m.name, int(m.version), m.state) for m in index if m.version]
-    problems = spec.index_problems(list(settings.models), entries)
+    problems = spec.index_problems(list(served.models), entries)
     for name, version, state in sorted(entries):
         say(f"{name} {version}: {state}")
     if problems:

@@ -79,3 +79,80 @@ def test_each_group_serves_only_its_models_at_the_declared_versions(
         assert ready == [("bert", 3)]
     elif name == "triton-bert":
         assert ready == [("bert", 2)]
+
+
+def test_verify_checks_one_groups_server_against_its_own_policies(
+    inst: local.Installation, tmp_path: Path
+) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from gpuinfra import site as site_mod
+    from tests.conftest import ROOT
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    variables = site / "group_vars" / "all" / "triton.yml"
+    variables.write_text(
+        variables.read_text()
+        + "triton_gateway: {name: inference}\n"
+        + "triton_serving_groups:\n"
+        + "  - name: vision\n"
+        + "    models: [resnet50]\n"
+        + "    canary:\n"
+        + "      weight: 10\n"
+        + "      version_policies: {resnet50: {policy: specific, versions: [1]}}\n"
+    )
+    settings = addons.settings_from_site(site_mod.load_site(site)).triton
+    by_name = {g.name: g for g in triton.groups(settings)}
+    files = dict(addons.render("triton", settings).files)
+    work = tmp_path / "work"
+    repository = local.model_repository(triton.served_models(settings), files, work / "models")
+    # Versions 1 and 2: stable (the newest 1) serves 2, the canary its pinned 1.
+    (repository / "resnet50" / "2").mkdir(exist_ok=True)
+    backend_dir = local.backends(inst, work / "backends")
+
+    def verify(url: str, group: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "gpuinfra", "triton", "verify", f"--url={url}"),
+                *("--site", str(site), "--group", group),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    server = local.start(
+        inst,
+        repository,
+        backend_dir,
+        ports=_ports(),
+        model_args=triton.model_args(by_name["triton-vision"]),
+    )
+    try:
+        stable = verify(server.grpc_url, "triton-vision")
+        wrong = verify(server.grpc_url, "triton-vision-canary")
+    finally:
+        server.stop()
+    assert stable.returncode == 0, stable.stdout + stable.stderr
+    assert "resnet50 2: READY" in stable.stdout
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert "model 'resnet50' (version_policy specific [1]): READY versions [2], declared [1]" in (
+        wrong.stderr
+    )
+    server = local.start(
+        inst,
+        repository,
+        backend_dir,
+        ports=_ports(),
+        model_args=triton.model_args(by_name["triton-vision-canary"]),
+    )
+    try:
+        canary = verify(server.grpc_url, "triton-vision-canary")
+    finally:
+        server.stop()
+    assert canary.returncode == 0, canary.stdout + canary.stderr
+    assert "resnet50 1: READY" in canary.stdout
