@@ -156,3 +156,40 @@ def test_verify_checks_one_groups_server_against_its_own_policies(
         server.stop()
     assert canary.returncode == 0, canary.stdout + canary.stderr
     assert "resnet50 1: READY" in canary.stdout
+
+
+def test_the_roles_index_check_reads_the_real_http_index(
+    inst: local.Installation, repository: Path
+) -> None:
+    """The role posts to /v2/repository/index inside a pod; its filter reads the answer."""
+    import importlib.util
+    import json
+    import urllib.request
+
+    plugin = Path(__file__).resolve().parents[3] / "plugins" / "filter" / "gpuinfra_triton.py"
+    spec = importlib.util.spec_from_file_location("gpuinfra_triton_filter", plugin)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    triton_index_problems = module.triton_index_problems
+
+    settings = SETTINGS.model_dump(mode="json")
+    server = local.start(
+        inst,
+        repository / "models",
+        repository / "backends",
+        ports=_ports(),
+        model_args=triton.model_args(GROUPS["triton-bert-canary"]),
+    )
+    try:
+        request = urllib.request.Request(
+            f"http://{server.http_url}/v2/repository/index", data=b"{}", method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            index = json.loads(response.read().decode())
+    finally:
+        server.stop()
+    assert triton_index_problems(index, settings, "triton-bert-canary") == []
+    assert triton_index_problems(index, settings, "triton-bert") == [
+        "model 'bert' (version_policy specific [2]): READY versions [3], declared [2]"
+    ]
