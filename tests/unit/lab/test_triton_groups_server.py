@@ -193,3 +193,26 @@ def test_the_roles_index_check_reads_the_real_http_index(
     assert triton_index_problems(index, settings, "triton-bert") == [
         "model 'bert' (version_policy specific [2]): READY versions [3], declared [2]"
     ]
+
+
+def test_a_canary_without_its_own_policies_reads_stables_config(
+    inst: local.Installation, tmp_path: Path
+) -> None:
+    settings = triton.TritonSettings.model_validate(
+        {
+            "modelRepository": {"pvc": "models"},
+            "gateway": {"name": "inference"},
+            "models": [{"name": "ranker", "backend": "python", "maxBatchSize": 4}],
+            "servingGroups": [{"name": "rank", "models": ["ranker"], "canary": {"weight": 50}}],
+        }
+    )
+    files = dict(addons.render("triton", settings).files)
+    assert sorted(files) == ["models/ranker/config.pbtxt"]
+    (canary,) = [g for g in triton.groups(settings) if g.track == "canary"]
+    assert "--model-config-name=canary" in triton.model_args(canary)
+    with local.serving(
+        inst, tmp_path, list(settings.models), files, ports=_ports(),
+        model_args=triton.model_args(canary),
+    ) as server:  # fmt: skip
+        assert server.client().is_model_ready("ranker", "1")
+        assert server.client().get_model_config("ranker").config.max_batch_size == 4
