@@ -61,6 +61,13 @@ _CrdLoader.yaml_implicit_resolvers = {
 }
 
 
+# APIs whose CRDs the cluster brings (a Gateway API implementation installs its own), by the
+# release whose schemas the emitted objects are checked against (docs/decisions/0051), and
+# their API groups.
+PROVIDED_APIS: dict[str, str] = {"gateway-api": "1.6.1"}
+PROVIDED_GROUPS = frozenset({"gateway.networking.k8s.io"})
+
+
 # --- where the data lives --------------------------------------------------------------------
 
 
@@ -76,6 +83,11 @@ def chart_dir(chart: str, version: str, data: Path = DATA) -> Path:
 
 def counters_dir(version: str, data: Path = DATA) -> Path:
     return data / "dcgm-exporter" / _version_dir(version)
+
+
+def api_dir(api: str, version: str, data: Path = DATA) -> Path:
+    """CRDs of an API the cluster brings rather than a pinned chart (the Gateway API)."""
+    return data / "apis" / api / _version_dir(version)
 
 
 def _shown(path: Path) -> str:
@@ -126,6 +138,15 @@ def load_crds(chart: str, version: str, data: Path = DATA) -> CrdMap:
     path = chart_dir(chart, version, data) / CRDS_FILE
     crds: CrdMap = _read_json(
         path, f"CRD schemas for chart {chart} {version}", build_hint(chart, version)
+    )
+    return crds
+
+
+def load_api_crds(api: str, version: str, data: Path = DATA) -> CrdMap:
+    """The CRD schemas of an API the project's objects use and the cluster provides."""
+    hint = f"run `gpuinfra schemas api {api} {version} CRD.yaml...`"
+    crds: CrdMap = _read_json(
+        api_dir(api, version, data) / CRDS_FILE, f"CRD schemas for {api} {version}", hint
     )
     return crds
 
@@ -435,6 +456,21 @@ def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
             raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     text = json.dumps(counter_lists(texts), sort_keys=True, indent=1) + "\n"
     return {f"dcgm-exporter/{_version_dir(version)}/{COUNTERS_FILE}": text}
+
+
+def api_files(api: str, version: str, crd_files: list[Path]) -> dict[str, str]:
+    """The data file of an API's CRDs (plain CRD YAML files, as its release publishes them)."""
+    if not _NAME.match(api) or not _VERSION.match(version):
+        raise UsageError(f"{api!r} {version!r}: not an API name and a version")
+    documents = []
+    for path in crd_files:
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        documents.append((str(path), _yaml_mapping(text, str(path))))
+    folder = f"apis/{api}/{_version_dir(version)}"
+    return {f"{folder}/{CRDS_FILE}": crds_text(crd_schemas(tuple(documents)))}
 
 
 def write(files: Mapping[str, str], data: Path = DATA) -> list[Path]:

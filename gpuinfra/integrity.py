@@ -221,8 +221,11 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
             name=f"node pool {pool.name}",
             labels=pool_labels(pool.name, pool.instance_type, pool.labels),
             taints=(gpu_taint,),
-            allocatable=allocatable(pool.instance_type),
+            allocatable=_split(
+                allocatable(pool.instance_type), pool.labels, cfg.addons.gpu_operator
+            ),
             count=pool.max_size,
+            mig_layout=_layout(pool.labels, cfg.addons.gpu_operator),
             gpu=catalog.instance_types()[pool.instance_type].gpu_name,
             driver=driver,
             driver_key="nvidia_driver.preinstalled (the EKS GPU AMI's driver)",
@@ -284,6 +287,26 @@ def _mig_offer(gpus: float, layout: Mapping[str, int], strategy: str) -> dict[st
     return {GPU_RESOURCE: sum(layout.values()) * gpus}
 
 
+def _layout(labels: Mapping[str, str], operator: GpuOperatorSettings | None) -> str:
+    """The MIG layout a node's GPUs are split into: its nvidia.com/mig.config label (which the
+    GPU Operator's MIG manager applies), else the operator's default; '' for none."""
+    if operator is None or not operator.enabled or operator.mig_strategy == "none":
+        return ""
+    layout = labels.get(MIG_CONFIG_LABEL, operator.mig_default_profile)
+    return "" if layout == MIG_ALL_DISABLED or layout not in operator.mig_profiles else layout
+
+
+def _split(
+    offer: Mapping[str, float], labels: Mapping[str, str], operator: GpuOperatorSettings | None
+) -> dict[str, float]:
+    """What a node offers once its MIG layout (if any) splits its GPUs."""
+    layout = _layout(labels, operator)
+    if not layout or operator is None:
+        return dict(offer)
+    gpus = offer.get(GPU_RESOURCE, 0.0)
+    return {**offer, **_mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)}
+
+
 def site_nodes(
     site: Site,
     containerd: str = "",
@@ -319,14 +342,9 @@ def site_nodes(
             labels[GPU_TYPE_LABEL] = gpu_type
         tainted = variables.get("gpu_node_registration_taint", True) is not False
         gpus = _count(variables.get("gpu_node_check_expected_gpu_count"))
-        offer: dict[str, float] = {GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus)}
-        layout = ""
-        if operator is not None and operator.enabled and operator.mig_strategy != "none":
-            layout = labels.get(MIG_CONFIG_LABEL, operator.mig_default_profile)
-            if layout == MIG_ALL_DISABLED or layout not in operator.mig_profiles:
-                layout = ""
-            elif gpus is not None:
-                offer = _mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)
+        # An unknown count splits into an unknown number of each slice (inf times a count).
+        offer = _split({GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus)}, labels, operator)
+        layout = _layout(labels, operator)
         mode = variables.get("gpu_node_check_mig_mode")
         source = str(variables.get("nvidia_driver_source", "distro"))
         driver = ""
@@ -1083,7 +1101,8 @@ def play_order(state: State) -> list[Finding]:
             continue
         for obj in render.objects:
             api_version = str(obj.get("apiVersion", ""))
-            if _group(api_version) in BUILTIN_GROUPS:
+            # The Gateway API's CRDs come with the cluster's gateway, not with an add-on.
+            if _group(api_version) in BUILTIN_GROUPS | chartdata.PROVIDED_GROUPS:
                 continue
             owner = owners.get((api_version, str(obj.get("kind"))))
             if owner is None:

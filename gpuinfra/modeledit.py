@@ -15,8 +15,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from gpuinfra.addons.triton import TritonModel
-from gpuinfra.errors import UsageError
+from gpuinfra.addons.triton import TritonModel, TritonSettings
+from gpuinfra.errors import ConfigError, Problem, UsageError
 from gpuinfra.loading import display_path, validate
 
 
@@ -52,7 +52,7 @@ def _key(name: str, camel: bool) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _models(document: Any, where: ModelFile) -> list[Any]:
+def _models(document: Any, where: ModelFile | GroupFile) -> list[Any]:
     node = document
     for key in where.keys:
         if not isinstance(node, dict) or key not in node:
@@ -103,3 +103,76 @@ def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     return before, buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class GroupFile:
+    """Where the serving groups are declared: the file, and the groups list's key path in it."""
+
+    path: Path
+    keys: tuple[str, ...]
+    camel: bool
+
+    @classmethod
+    def stack(cls, path: Path) -> GroupFile:
+        return cls(path, ("config", "gpuinfra:addons", "triton", "servingGroups"), camel=True)
+
+    @classmethod
+    def site(cls, path: Path) -> GroupFile:
+        return cls(path, ("triton_serving_groups",), camel=False)
+
+
+def canary_weight(
+    where: GroupFile, settings: TritonSettings, group: str, weight: int | None
+) -> tuple[str, str]:
+    """The file's text before and after giving ``group``'s canary ``weight`` percent of the
+    traffic (a canary is added where there is none), or removing the canary (``None``).
+
+    The settings as edited are validated whole (a canary needs a gateway) before anything is
+    returned; nothing is written.
+    """
+    shown = display_path(where.path)
+    if weight is not None and not 0 <= weight <= 100:
+        raise UsageError(f"WEIGHT: {weight} is not a percentage (allowed: 0 to 100)")
+    before = where.path.read_text("utf-8")
+    yaml = _yaml()
+    document = yaml.load(before)
+    groups = _models(document, where)
+    found = [g for g in groups if isinstance(g, dict) and g.get("name") == group]
+    if not found:
+        names = ", ".join(str(g.get("name")) for g in groups if isinstance(g, dict))
+        raise UsageError(
+            f"{shown}: no serving group {group!r} in {'.'.join(where.keys)} "
+            f"(groups: {names or 'none'})"
+        )
+    target = found[0]
+    if weight is None:
+        if "canary" not in target:
+            raise UsageError(f"{shown}: serving group {group!r} has no canary to remove")
+        del target["canary"]
+    else:
+        if not isinstance(target.get("canary"), dict):
+            target["canary"] = CommentedMap()
+        target["canary"]["weight"] = weight
+    edited = settings.model_dump(by_alias=True, exclude={"serving_groups"})
+    edited["servingGroups"] = [_plain(g) for g in groups]
+    try:
+        validate(TritonSettings, edited, shown, ".".join(where.keys[:-1]))
+    except ConfigError as refused:
+        # Name the key as the file spells it (a site's triton_serving_groups).
+        raise ConfigError(
+            Problem(p.file, p.path.replace("servingGroups", where.keys[-1], 1), p.message)
+            for p in refused.problems
+        ) from None
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    return before, buffer.getvalue()
+
+
+def _plain(node: Any) -> Any:
+    """ruamel's round-trip nodes as plain data, for validation."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node

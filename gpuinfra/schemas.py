@@ -116,9 +116,15 @@ class CrdSchemas:
 
     @classmethod
     def pinned(cls, v: Versions | None = None) -> CrdSchemas:
-        """Every CRD that a chart versions.yaml pins ships."""
+        """Every CRD that a chart versions.yaml pins ships, and the provided APIs'."""
         v = v or pinned()
-        return cls(*(chartdata.load_crds(c, ver) for _, c, ver, _ in chartdata.pinned_charts(v)))
+        return cls(
+            *(chartdata.load_crds(c, ver) for _, c, ver, _ in chartdata.pinned_charts(v)),
+            *(
+                chartdata.load_api_crds(api, ver)
+                for api, ver in sorted(chartdata.PROVIDED_APIS.items())
+            ),
+        )
 
     def kinds(self) -> list[tuple[str, str]]:
         return sorted(self._schemas)

@@ -5,9 +5,9 @@ Objects use ``kueue.x-k8s.io/v1beta2``, the version Kueue 0.19 stores.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from gpuinfra.addons.base import (
     GPU_RESOURCE,
@@ -26,6 +26,8 @@ from gpuinfra.addons.isolation import QUEUE_LABEL
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
+# A MIG profile as the device plugin's resource names carry it (3g.71gb, 1g.18gb+me).
+MIG_PROFILE = r"^[1-7]g\.[0-9]+gb(\+me)?$"
 API = "kueue.x-k8s.io/v1beta2"
 IMAGE = "registry.k8s.io/kueue/kueue"
 
@@ -39,6 +41,19 @@ class KueueFlavor(Settings):
     memory: Quantity
     # GPUs this queue may borrow from the cohort beyond its own quota; None: no limit.
     gpu_borrowing_limit: int | None = Field(default=None, ge=0)
+    # Quota of MIG slices by profile ("3g.71gb": 4 is nvidia.com/mig-3g.71gb), where the
+    # flavor's nodes are split by a MIG layout with the mixed strategy.
+    mig_slices: dict[Annotated[str, StringConstraints(pattern=MIG_PROFILE)], int] = Field(
+        default_factory=dict
+    )
+
+    @field_validator("mig_slices")
+    @classmethod
+    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
+        negative = sorted(k for k, n in value.items() if n < 0)
+        if negative:
+            raise ValueError(f"MIG slice quotas must be 0 or more ({', '.join(negative)})")
+        return value
 
 
 class PriorityClass(Settings):
@@ -68,7 +83,8 @@ class KueueSettings(AddonSettings):
     flavors: list[KueueFlavor] = Field(
         default_factory=list,
         description="Quota per GPU type, each a mapping: gpu_type (the gpuinfra.dev/gpu-type node "
-        "label value), gpus, cpu, memory, gpu_borrowing_limit (optional).",
+        "label value), gpus, cpu, memory, gpu_borrowing_limit (optional), mig_slices (optional: "
+        "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb).",
     )
     teams: list[Name] = Field(
         default_factory=list,
@@ -123,7 +139,16 @@ def resource_flavor(flavor: KueueFlavor) -> dict[str, Any]:
     }
 
 
+def mig_resources(settings: KueueSettings) -> list[str]:
+    """The MIG slice resources some flavor gives quota of, as the device plugin names them."""
+    profiles = {p for f in settings.flavors for p in f.mig_slices}
+    return [f"nvidia.com/mig-{p}" for p in sorted(profiles)]
+
+
 def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
+    # Kueue wants every flavor of a resource group to list the covered resources in order: a
+    # flavor without slices of a profile lists it at 0.
+    slices = mig_resources(settings)
     flavors = []
     for flavor in sorted(settings.flavors, key=lambda f: f.gpu_type):
         gpu: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": flavor.gpus}
@@ -136,6 +161,15 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
                     {"name": "cpu", "nominalQuota": flavor.cpu},
                     {"name": "memory", "nominalQuota": flavor.memory},
                     gpu,
+                    *(
+                        {
+                            "name": name,
+                            "nominalQuota": flavor.mig_slices.get(
+                                name.removeprefix("nvidia.com/mig-"), 0
+                            ),
+                        }
+                        for name in slices
+                    ),
                 ],
             }
         )
@@ -150,7 +184,7 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
             "withinClusterQueue": "LowerPriority",
         },
         "resourceGroups": [
-            {"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": flavors}
+            {"coveredResources": ["cpu", "memory", GPU_RESOURCE, *slices], "flavors": flavors}
         ],
     }
     return {

@@ -7,14 +7,16 @@ format, so a field Triton does not know cannot be written.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import shlex
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from gpuinfra.addons.base import (
     CONTAINER_SECURITY,
@@ -129,6 +131,55 @@ class ModelRepository(Settings):
         return self
 
 
+def _gpu_resource_name(value: str) -> str:
+    if not re.match(GPU_RESOURCE_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is not a GPU resource (allowed: nvidia.com/gpu, "
+            "nvidia.com/gpu.shared or a MIG slice nvidia.com/mig-<N>g.<M>gb)"
+        )
+    return value
+
+
+GpuResource = Annotated[str, AfterValidator(_gpu_resource_name)]
+# A group's objects are named triton-<group>, its canary's triton-<group>-canary: 63 at most.
+GroupName = Annotated[Name, Field(max_length=48)]
+
+
+class Canary(Settings):
+    """A second set of pods for the group's models, given ``weight`` percent of the traffic."""
+
+    weight: int = Field(ge=0, le=100)
+    replicas: int = Field(default=1, ge=1)
+    # Per model of the group: the versions the canary serves instead of stable's policy.
+    version_policies: dict[str, VersionPolicy] = Field(default_factory=dict)
+
+
+class ServingGroup(Settings):
+    """A set of models on pods of their own. An unset field takes triton's own setting."""
+
+    name: GroupName
+    models: list[str] = Field(min_length=1)
+    gpu_resource: GpuResource | None = None
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=8)
+    gpu_type: Name | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    autoscaling: bool | None = None
+    min_replicas: int | None = Field(default=None, ge=1)
+    max_replicas: int | None = Field(default=None, ge=1)
+    target_cpu_utilization: int | None = Field(default=None, ge=10, le=100)
+    canary: Canary | None = None
+
+
+class Gateway(Settings):
+    """The Gateway API Gateway the groups' HTTPRoutes attach to (their parentRef)."""
+
+    name: Name
+    namespace: Name | None = None
+    section_name: Name | None = None
+
+
 class TritonSettings(AddonSettings):
     # Off by default: serving needs a model repository the site provides.
     enabled: bool = enabled_field("Deploy Triton", default=False, left="deployed objects")
@@ -153,7 +204,7 @@ class TritonSettings(AddonSettings):
     gpus_per_replica: int = Field(
         default=1, ge=1, le=8, description="GPUs each Triton pod requests."
     )
-    gpu_resource: str = Field(
+    gpu_resource: GpuResource = Field(
         default=GPU_RESOURCE,
         description="The GPU resource each pod requests gpusPerReplica of: nvidia.com/gpu (a "
         "whole GPU, or a time-sliced share where the GPU Operator time-slices), "
@@ -189,15 +240,75 @@ class TritonSettings(AddonSettings):
         description="Average CPU utilisation (percent) the autoscaler aims for.",
     )
 
-    @field_validator("gpu_resource")
+    gateway: Gateway | None = Field(
+        default=None,
+        description="The Gateway each serving group's HTTPRoute attaches to: {name, namespace, "
+        "section_name}. Needed by a canary (the route's weights split the traffic); unset, no "
+        "HTTPRoute.",
+    )
+
+    serving_groups: list[ServingGroup] = Field(
+        default_factory=list,
+        description="Sets of models each on a Deployment and Service of their own (one model's "
+        "failure leaves the others serving), each a mapping: name, models (names from models; "
+        "each model in exactly one group), and optionally gpu_resource, gpus_per_replica, "
+        "gpu_type, node_selector, cpu, memory, autoscaling, min_replicas, max_replicas, "
+        "target_cpu_utilization (unset: triton's own), canary {weight 0-100, replicas, "
+        "version_policies {model: version_policy}}. Empty: one group of every model, named "
+        "triton.",
+    )
+
+    @field_validator("serving_groups")
     @classmethod
-    def _gpu_resource(cls, value: str) -> str:
-        if not re.match(GPU_RESOURCE_PATTERN, value):
+    def _groups(cls, groups: list[ServingGroup], info: ValidationInfo) -> list[ServingGroup]:
+        if not groups:
+            return groups
+        declared = [m.name for m in info.data.get("models", [])]
+        names = [g.name for g in groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate serving group names: {', '.join(dupes)}")
+        home: dict[str, str] = {}
+        for group in groups:
+            for model in group.models:
+                if model not in declared:
+                    raise ValueError(
+                        f"serving group {group.name!r} names model {model!r}, which is not in "
+                        f"models (declared: {', '.join(declared) or 'none'})"
+                    )
+                if model in home:
+                    raise ValueError(
+                        f"model {model!r} is in serving groups {home[model]!r} and "
+                        f"{group.name!r}; a model belongs to exactly one group"
+                    )
+                home[model] = group.name
+            low = group.min_replicas or info.data.get("min_replicas", 1)
+            high = group.max_replicas or info.data.get("max_replicas", 1)
+            if low > high:
+                raise ValueError(
+                    f"serving group {group.name!r}: minReplicas {low} is greater than "
+                    f"maxReplicas {high}"
+                )
+            if group.canary is not None and info.data.get("gateway") is None:
+                raise ValueError(
+                    f"serving group {group.name!r} has a canary, whose weight an HTTPRoute "
+                    "carries: set gateway {name, namespace} for the route to attach to"
+                )
+            if group.canary is not None:
+                stray = sorted(set(group.canary.version_policies) - set(group.models))
+                if stray:
+                    raise ValueError(
+                        f"serving group {group.name!r}: canary.versionPolicies names "
+                        f"{', '.join(map(repr, stray))}, not a model of the group "
+                        f"({', '.join(group.models)})"
+                    )
+        homeless = [m for m in declared if m not in home]
+        if homeless:
             raise ValueError(
-                f"{value!r} is not a GPU resource (allowed: nvidia.com/gpu, "
-                "nvidia.com/gpu.shared or a MIG slice nvidia.com/mig-<N>g.<M>gb)"
+                f"model {homeless[0]!r} is in no serving group; with servingGroups every model "
+                "belongs to exactly one"
             )
-        return value
+        return groups
 
     @model_validator(mode="after")
     def _check(self) -> TritonSettings:
@@ -373,16 +484,145 @@ POD_SECURITY: dict[str, Any] = {
 }
 
 
+GROUP_LABEL = "gpuinfra.dev/serving-group"
+TRACK_LABEL = "gpuinfra.dev/track"
+# A canary's pods read models/<name>/configs/canary.pbtxt where the canary's version policy
+# differs from stable's, and fall back to config.pbtxt where there is none (Triton's
+# --model-config-name).
+CANARY_CONFIG = "canary"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One Deployment's worth of Triton: its models as its pods serve them, its resources."""
+
+    name: str
+    group: str | None
+    track: Literal["stable", "canary"]
+    models: tuple[TritonModel, ...]
+    gpu_resource: str
+    gpus_per_replica: int
+    gpu_type: str | None
+    node_selector: Mapping[str, str]
+    cpu: str
+    memory: str
+    autoscaling: bool
+    min_replicas: int
+    max_replicas: int
+    target_cpu_utilization: int
+    weight: int = 100
+
+    @property
+    def labels(self) -> dict[str, str]:
+        if self.group is None:
+            return _labels()
+        return {**_labels(), GROUP_LABEL: self.group, TRACK_LABEL: self.track}
+
+    @property
+    def config_name(self) -> str | None:
+        return CANARY_CONFIG if self.track == "canary" else None
+
+
+def _canary_model(model: TritonModel, canary: Canary) -> TritonModel:
+    policy = canary.version_policies.get(model.name)
+    return model if policy is None else model.model_copy(update={"version_policy": policy})
+
+
+def groups(settings: TritonSettings) -> list[Group]:
+    """The Deployments the settings ask for: one of every model without servingGroups; else
+    each group's, and its canary's after it."""
+    by_name = {m.name: m for m in settings.models}
+    common: dict[str, Any] = {
+        "gpu_resource": settings.gpu_resource,
+        "gpus_per_replica": settings.gpus_per_replica,
+        "gpu_type": settings.gpu_type,
+        "cpu": settings.cpu,
+        "memory": settings.memory,
+        "autoscaling": settings.autoscaling,
+        "min_replicas": settings.min_replicas,
+        "max_replicas": settings.max_replicas,
+        "target_cpu_utilization": settings.target_cpu_utilization,
+    }
+    if not settings.serving_groups:
+        return [
+            Group(
+                name=NAME,
+                group=None,
+                track="stable",
+                models=tuple(settings.models),
+                node_selector={},
+                **common,
+            )
+        ]
+    found = []
+    for spec in settings.serving_groups:
+        own = {k: getattr(spec, k) for k in common if getattr(spec, k) is not None}
+        stable = Group(
+            name=f"{NAME}-{spec.name}",
+            group=spec.name,
+            track="stable",
+            models=tuple(by_name[m] for m in spec.models),
+            node_selector=dict(spec.node_selector),
+            **(common | own),
+        )
+        if spec.canary is None:
+            found.append(stable)
+            continue
+        canary = spec.canary
+        found.append(dataclasses.replace(stable, weight=100 - canary.weight))
+        # The canary runs a fixed count: its share of traffic is the route's, not an autoscaler's.
+        found.append(
+            dataclasses.replace(
+                stable,
+                name=f"{NAME}-{spec.name}-canary",
+                track="canary",
+                models=tuple(_canary_model(m, canary) for m in stable.models),
+                autoscaling=False,
+                min_replicas=canary.replicas,
+                max_replicas=canary.replicas,
+                weight=canary.weight,
+            )
+        )
+    return found
+
+
+def canary_models(settings: TritonSettings) -> list[TritonModel]:
+    """The canaries' models whose version policy differs from stable's (their own config)."""
+    stable = {m.name: m for m in settings.models}
+    return [
+        m for g in groups(settings) if g.track == "canary" for m in g.models if m != stable[m.name]
+    ]
+
+
+def served_models(settings: TritonSettings) -> list[TritonModel]:
+    """Every model as some pod serves it: stable's, and a canary's where its policy differs."""
+    return [*settings.models, *canary_models(settings)]
+
+
 def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
 
-def _args(repo: ModelRepository) -> list[str]:
+def model_args(group: Group) -> list[str]:
+    """The flags that choose what a group's server loads, from the shared repository.
+
+    Alone, Triton loads every model in the repository (mode none). A serving group loads only
+    its own: explicit mode with each model named at start (docs/decisions/0050)."""
+    if group.group is None:
+        return [f"--model-control-mode={MODEL_CONTROL_MODE}"]
+    args = ["--model-control-mode=explicit"]
+    args += [f"--load-model={m.name}" for m in sorted(group.models, key=lambda m: m.name)]
+    if group.config_name:
+        args.append(f"--model-config-name={group.config_name}")
+    return args
+
+
+def _args(repo: ModelRepository, group: Group) -> list[str]:
     location = repo.s3 if repo.s3 else MODELS_MOUNT
     return [
         "tritonserver",
         f"--model-repository={location}",
-        f"--model-control-mode={MODEL_CONTROL_MODE}",
+        *model_args(group),
         "--strict-readiness=true",
         "--allow-metrics=true",
         f"--metrics-port={METRICS_PORT}",
@@ -392,7 +632,7 @@ def _args(repo: ModelRepository) -> list[str]:
     ]
 
 
-def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
+def deployment(settings: TritonSettings, versions: Versions, group: Group) -> dict[str, Any]:
     repo = settings.model_repository
     if repo is None:
         raise UsageError("triton: set modelRepository (s3 or pvc) to render the Deployment")
@@ -405,17 +645,17 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         "name": NAME,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": _args(repo),
+        "args": _args(repo, group),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": {
-            "requests": {"cpu": settings.cpu, "memory": settings.memory},
+            "requests": {"cpu": group.cpu, "memory": group.memory},
             "limits": {
-                settings.gpu_resource: settings.gpus_per_replica,
-                "memory": settings.memory,
+                group.gpu_resource: group.gpus_per_replica,
+                "memory": group.memory,
             },
         },
         # Loading large models takes minutes: the startup probe holds off liveness until then.
@@ -465,7 +705,7 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
                 "name": "model-repository-preflight",
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", preflight_script(settings.models)],
+                "command": ["/bin/sh", "-c", preflight_script(group.models)],
                 "resources": {
                     "requests": {"cpu": "100m", "memory": "64Mi"},
                     "limits": {"memory": "64Mi"},
@@ -481,23 +721,26 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
         container["env"] = [{"name": "AWS_DEFAULT_REGION", "value": repo.region}]
     if repo.service_account:
         pod["serviceAccountName"] = repo.service_account
-    if settings.gpu_type:
-        pod["nodeSelector"] = {GPU_TYPE_LABEL: settings.gpu_type}
+    selector = {**group.node_selector}
+    if group.gpu_type:
+        selector[GPU_TYPE_LABEL] = group.gpu_type
+    if selector:
+        pod["nodeSelector"] = dict(sorted(selector.items()))
     pod["containers"] = [container]
     pod["volumes"] = volumes
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(NAME, settings.namespace, _labels()),
+        "metadata": metadata(group.name, settings.namespace, group.labels),
         # With the autoscaler, no replicas: it owns the count, and re-applying a fixed one
         # would undo it.
         "spec": {
-            **({} if settings.autoscaling else {"replicas": settings.min_replicas}),
-            "selector": {"matchLabels": _labels()},
+            **({} if group.autoscaling else {"replicas": group.min_replicas}),
+            "selector": {"matchLabels": group.labels},
             "template": {
                 "metadata": {
-                    "labels": _labels(),
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(settings.models)},
+                    "labels": group.labels,
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(group.models)},
                 },
                 "spec": pod,
             },
@@ -505,14 +748,14 @@ def deployment(settings: TritonSettings, versions: Versions) -> dict[str, Any]:
     }
 
 
-def service(settings: TritonSettings) -> dict[str, Any]:
+def service(settings: TritonSettings, group: Group) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(NAME, settings.namespace, _labels()),
+        "metadata": metadata(group.name, settings.namespace, group.labels),
         "spec": {
             "type": "ClusterIP",
-            "selector": _labels(),
+            "selector": group.labels,
             "ports": [
                 {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
                 for name, port in (
@@ -525,15 +768,15 @@ def service(settings: TritonSettings) -> dict[str, Any]:
     }
 
 
-def autoscaler(settings: TritonSettings) -> dict[str, Any]:
+def autoscaler(settings: TritonSettings, group: Group) -> dict[str, Any]:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": metadata(NAME, settings.namespace, _labels()),
+        "metadata": metadata(group.name, settings.namespace, group.labels),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-            "minReplicas": settings.min_replicas,
-            "maxReplicas": settings.max_replicas,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": group.name},
+            "minReplicas": group.min_replicas,
+            "maxReplicas": group.max_replicas,
             "metrics": [
                 {
                     "type": "Resource",
@@ -541,7 +784,7 @@ def autoscaler(settings: TritonSettings) -> dict[str, Any]:
                         "name": "cpu",
                         "target": {
                             "type": "Utilization",
-                            "averageUtilization": settings.target_cpu_utilization,
+                            "averageUtilization": group.target_cpu_utilization,
                         },
                     },
                 }
@@ -569,13 +812,20 @@ class ModelFiles(Mapping[str, str]):
     such as ``config check``, does not pay for that.
     """
 
-    def __init__(self, models: list[TritonModel]) -> None:
+    def __init__(self, models: list[TritonModel], canaries: Sequence[TritonModel] = ()) -> None:
         self._models = sorted(models, key=lambda m: m.name)
+        # A canary's model where it serves other versions than stable: its own config.
+        self._canaries = sorted(canaries, key=lambda m: m.name)
         self._files: dict[str, str] | None = None
 
     def _written(self) -> dict[str, str]:
         if self._files is None:
-            self._files = {f"models/{m.name}/config.pbtxt": config_pbtxt(m) for m in self._models}
+            files = {f"models/{m.name}/config.pbtxt": config_pbtxt(m) for m in self._models}
+            files |= {
+                f"models/{m.name}/configs/{CANARY_CONFIG}.pbtxt": config_pbtxt(m)
+                for m in self._canaries
+            }
+            self._files = files
         return self._files
 
     def __getitem__(self, path: str) -> str:
@@ -585,7 +835,7 @@ class ModelFiles(Mapping[str, str]):
         return iter(self._written())
 
     def __len__(self) -> int:
-        return len(self._models)
+        return len(self._models) + len(self._canaries)
 
 
 def service_account(settings: TritonSettings, name: str) -> dict[str, Any]:
@@ -599,17 +849,69 @@ def service_account(settings: TritonSettings, name: str) -> dict[str, Any]:
     }
 
 
+def http_route(settings: TritonSettings, stable: Group, canary: Group | None) -> dict[str, Any]:
+    """The group's models' HTTP paths, sent to stable and canary by the weights."""
+    gateway = settings.gateway
+    assert gateway is not None
+    parent: dict[str, Any] = {"name": gateway.name}
+    if gateway.namespace:
+        parent["namespace"] = gateway.namespace
+    if gateway.section_name:
+        parent["sectionName"] = gateway.section_name
+    backends = [
+        {"name": g.name, "port": HTTP_PORT, "weight": g.weight}
+        for g in (stable, canary)
+        if g is not None
+    ]
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(
+            stable.name, settings.namespace, {**_labels(), GROUP_LABEL: str(stable.group)}
+        ),
+        "spec": {
+            "parentRefs": [parent],
+            "rules": [
+                {
+                    # A path prefix matches whole segments: /v2/models/bert is not bert2's.
+                    "matches": [
+                        {"path": {"type": "PathPrefix", "value": f"/v2/models/{m.name}"}}
+                        for m in sorted(stable.models, key=lambda m: m.name)
+                    ],
+                    "backendRefs": backends,
+                }
+            ],
+        },
+    }
+
+
+def routes(settings: TritonSettings, found: Sequence[Group]) -> list[dict[str, Any]]:
+    if settings.gateway is None:
+        return []
+    stables = [g for g in found if g.track == "stable" and g.group is not None]
+    canaries = {g.group: g for g in found if g.track == "canary"}
+    return [http_route(settings, g, canaries.get(g.group)) for g in stables]
+
+
 def render(settings: TritonSettings, versions: Versions) -> AddonRender:
     repo = settings.model_repository
+    found = groups(settings)
     return AddonRender(
         name="triton",
         release=NAME,
         namespace=settings.namespace,
         chart=None,
         objects=[
-            deployment(settings, versions),
-            service(settings),
-            *([autoscaler(settings)] if settings.autoscaling else []),
+            *(
+                obj
+                for group in found
+                for obj in (
+                    deployment(settings, versions, group),
+                    service(settings, group),
+                    *([autoscaler(settings, group)] if group.autoscaling else []),
+                )
+            ),
+            *routes(settings, found),
             service_monitor(settings),
             *(
                 [service_account(settings, repo.service_account)]
@@ -617,7 +919,7 @@ def render(settings: TritonSettings, versions: Versions) -> AddonRender:
                 else []
             ),
         ],
-        files=ModelFiles(settings.models),
+        files=ModelFiles(settings.models, canary_models(settings)),
         # The claim the site fills with the models (an S3 repository is read through the API).
         prerequisites=[
             Prerequisite(

@@ -58,6 +58,22 @@ def counters(
         say(f"wrote {display_path(target)}")
 
 
+@schemas_app.command("api")
+def api(
+    name: Annotated[str, typer.Argument(help="The API's name, e.g. gateway-api")],
+    version: Annotated[str, typer.Argument(help="Its release, e.g. 1.6.1")],
+    crd_files: Annotated[list[Path], typer.Argument(help="The release's CRD YAML files")],
+    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+) -> None:
+    """Write the CRD schemas of an API the cluster provides (not a pinned chart's)."""
+    from gpuinfra import chartdata
+    from gpuinfra.loading import display_path
+
+    written = chartdata.write(chartdata.api_files(name, version, crd_files), out or chartdata.DATA)
+    for target in written:
+        say(f"wrote {display_path(target)}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `gpuinfra` app."""
     app.add_typer(schemas_app, name="schemas")

@@ -16,7 +16,7 @@ from gpuinfra.errors import CheckFailed, UsageError
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
     from gpuinfra.lab.tune import Result
-    from gpuinfra.modeledit import ModelFile
+    from gpuinfra.modeledit import GroupFile, ModelFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
 
@@ -180,11 +180,73 @@ def tune(
     say(f"wrote {shown} and {display_path(record)}")
 
 
+@triton_app.command("canary")
+def canary(
+    group: Annotated[str, typer.Argument(help="The serving group whose canary to weigh")],
+    weight: Annotated[
+        int | None,
+        typer.Argument(help="Percent of the group's traffic the canary gets, 0 to 100"),
+    ] = None,
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Roll back: delete the canary and its pods")
+    ] = False,
+    write: Annotated[
+        bool, typer.Option("--write/--dry-run", help="Write the change into the file")
+    ] = True,
+) -> None:
+    """Shift a serving group's traffic to its canary (0 rolls back), as a reviewable change."""
+    from gpuinfra import modeledit
+    from gpuinfra.loading import display_path
+
+    if remove == (weight is not None):
+        raise UsageError("give exactly one of WEIGHT (0 to 100) or --remove")
+    settings, where = _group_source(stack, site)
+    before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
+    shown = display_path(where.path)
+    for line in difflib.unified_diff(
+        before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+    ):
+        say(line)
+    if not write:
+        say("dry run: nothing written")
+        return
+    where.path.write_text(after, "utf-8")
+    say(f"wrote {shown}: review it with `gpuinfra diff`")
+
+
+def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, GroupFile]:
+    """The Triton settings, and the file that declares their serving groups."""
+    from gpuinfra import addons, config
+    from gpuinfra import site as site_mod
+    from gpuinfra.modeledit import GroupFile
+    from gpuinfra.paths import repo_root
+
+    if (stack is None) == (site is None):
+        raise UsageError("give exactly one of --stack ENV or --site DIR")
+    if stack is not None:
+        return config.load_stack(stack).addons.triton, GroupFile.stack(config.stack_path(stack))
+    assert site is not None
+    loaded = site_mod.load_site(site)
+    key = "triton_serving_groups"
+    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
+    if not origins:
+        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
+    origin = Path(origins[0])
+    path = origin if origin.is_absolute() else repo_root() / origin
+    return addons.settings_from_site(loaded).triton, GroupFile.site(path)
+
+
 @triton_app.command("verify")
 def verify(
     url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
     stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(help="The Deployment checked: triton-<group> or triton-<group>-canary"),
+    ] = None,
 ) -> None:
     """Compare a running Triton's repository index with the declared version policies."""
     from tritonclient.grpc import InferenceServerClient
@@ -193,12 +255,20 @@ def verify(
     from gpuinfra.addons import triton as spec
 
     settings, _, source, _ = _source(stack, site)
+    groups = {g.name: g for g in spec.groups(settings)}
+    if group is None and len(groups) > 1:
+        raise UsageError(f"--group: give the Deployment checked ({', '.join(groups)})")
+    if group is not None and group not in groups:
+        raise UsageError(
+            f"--group: {group!r} is not a Deployment of {source} ({', '.join(groups)})"
+        )
+    served = groups[group] if group is not None else next(iter(groups.values()))
     try:
         index = InferenceServerClient(url).get_model_repository_index().models
     except InferenceServerException as failed:
         raise CheckFailed([f"Triton at {url}: {failed.message()}"]) from None
     entries = [(m.name, int(m.version), m.state) for m in index if m.version]
-    problems = spec.index_problems(list(settings.models), entries)
+    problems = spec.index_problems(list(served.models), entries)
     for name, version, state in sorted(entries):
         say(f"{name} {version}: {state}")
     if problems:

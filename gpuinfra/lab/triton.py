@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +192,12 @@ def model_repository(
                 (directory / "model.savedmodel").mkdir(exist_ok=True)
             for needed in triton.VERSION_FILES.get(model.backend, ()):
                 (directory / needed).write_text("{}\n")
+    # A canary's own configs (models/<name>/configs/<config>.pbtxt), GPU to CPU as well.
+    for path, text in files.items():
+        parts = path.split("/")
+        if len(parts) == 4 and parts[2] == "configs" and (dest / parts[1]).is_dir():
+            (dest / parts[1] / "configs").mkdir(exist_ok=True)
+            (dest / parts[1] / "configs" / parts[3]).write_text(cpu_config(text))
     return dest
 
 
@@ -253,12 +259,15 @@ def start(
     *,
     ports: tuple[int, int, int] | None = None,
     control_mode: str = triton.MODEL_CONTROL_MODE,
+    model_args: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120.0,
 ) -> Server:
     """Start tritonserver and wait until it is ready (every model loaded).
 
-    TritonRefused when the server exits or stays unready: its error lines are the message.
+    ``model_args``, where given, choose what loads instead of ``control_mode`` (a serving
+    group's own, ``triton.model_args``). TritonRefused when the server exits or stays unready:
+    its error lines are the message.
     """
     http, grpc, metrics = ports or (free_port(), free_port(), free_port())
     log = repository.parent / f"tritonserver-{http}.log"
@@ -266,7 +275,7 @@ def start(
         str(inst.server),
         f"--model-repository={repository}",
         f"--backend-directory={backend_dir}",
-        f"--model-control-mode={control_mode}",
+        *(model_args or [f"--model-control-mode={control_mode}"]),
         "--strict-readiness=true",
         "--http-address=127.0.0.1",
         f"--http-port={http}",
@@ -276,7 +285,7 @@ def start(
         f"--metrics-port={metrics}",
         "--metrics-config=summary_latencies=true",
     ]
-    if control_mode == "explicit":
+    if control_mode == "explicit" and model_args is None:
         # Explicit mode loads nothing at start unless told; load_model() loads the rest.
         args.append("--load-model=*")
     with log.open("wb") as sink:

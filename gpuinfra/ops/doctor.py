@@ -27,6 +27,7 @@ from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
 from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
 from gpuinfra.addons.triton import NAME as TRITON_NAME
 from gpuinfra.addons.triton import TritonSettings
+from gpuinfra.addons.triton import groups as triton_groups
 from gpuinfra.errors import ToolError, UsageError
 from gpuinfra.integrity import Nodes
 from gpuinfra.ops.http import base_url, get_json
@@ -83,15 +84,18 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
         found["nodes"] = api.sanitize_for_serialization(core.list_node(_request_timeout=15))
         if triton is not None and triton.enabled:
             apps = client.AppsV1Api(api)
-            try:
-                deployment = apps.read_namespaced_deployment(
-                    TRITON_NAME, triton.namespace, _request_timeout=15
-                )
-                found["triton"] = api.sanitize_for_serialization(deployment)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                found["triton"] = None
+            # One Deployment per serving group (and canary), each read by name.
+            found["triton"] = {}
+            for group in triton_groups(triton):
+                try:
+                    deployment = apps.read_namespaced_deployment(
+                        group.name, triton.namespace, _request_timeout=15
+                    )
+                    found["triton"][group.name] = api.sanitize_for_serialization(deployment)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    found["triton"][group.name] = None
     except ApiException as exc:
         raise ToolError(f"Kubernetes API at {server}: HTTP {exc.status}: {exc.reason}") from None
     except (HTTPError, OSError) as exc:
@@ -170,8 +174,17 @@ def node_items(nodes_list: Mapping[str, Any], declared: Declared) -> list[Item]:
     return items
 
 
-def triton_deployment_item(deployment: Mapping[str, Any] | None, settings: TritonSettings) -> Item:
-    subject = f"{settings.namespace}/{TRITON_NAME}"
+def triton_items(found: Mapping[str, Any], settings: TritonSettings) -> list[Item]:
+    """Each serving group's Deployment, as read (None where it is not found)."""
+    return [
+        triton_deployment_item(found.get(g.name), settings, g.name) for g in triton_groups(settings)
+    ]
+
+
+def triton_deployment_item(
+    deployment: Mapping[str, Any] | None, settings: TritonSettings, name: str = TRITON_NAME
+) -> Item:
+    subject = f"{settings.namespace}/{name}"
     if deployment is None:
         return Item("triton", subject, "fail", "Deployment not found")
     want = deployment.get("spec", {}).get("replicas", 1)
@@ -322,7 +335,7 @@ def run(
         found = kubernetes_objects(kubeconfig, triton)
         items += node_items(found["nodes"], declared)
         if triton is not None:
-            items.append(triton_deployment_item(found.get("triton"), triton))
+            items += triton_items(found.get("triton") or {}, triton)
     else:
         items.append(Item("gpu-node", "-", "skip", "no --kubeconfig"))
     if prometheus_url is not None:

@@ -109,6 +109,71 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "volcano": {"enabled": True},
         "kueue": {"enabled": False},
     },
+    # Three models isolated in serving groups (a whole GPU, a MIG slice, a time-sliced share),
+    # one of them released to a canary behind a weighted HTTPRoute.
+    "serving-groups": {
+        "gpuOperator": {
+            "migStrategy": "mixed",
+            "migProfiles": {"half": {"3g.71gb": 2}},
+            "migDefaultProfile": "all-disabled",
+            "timeSlicingReplicas": 4,
+        },
+        "kueue": {
+            "flavors": [
+                {"gpuType": "h200", "gpus": 8, "cpu": "96", "memory": "1000Gi"},
+                {
+                    "gpuType": "h200-mig",
+                    "gpus": 0,
+                    "cpu": "96",
+                    "memory": "1000Gi",
+                    "migSlices": {"3g.71gb": 4},
+                },
+            ],
+            "teams": ["serving"],
+        },
+        "triton": {
+            "enabled": True,
+            "gpuType": "h200",
+            "modelRepository": {"s3": "s3://models-prod/triton", "region": "eu-west-1"},
+            "gateway": {"name": "inference", "namespace": "gateways", "sectionName": "http"},
+            "models": [
+                {
+                    "name": "bert",
+                    "backend": "onnxruntime",
+                    "maxBatchSize": 32,
+                    "dynamicBatching": {"preferredBatchSize": [16, 32]},
+                    "versionPolicy": {"policy": "specific", "versions": [2]},
+                },
+                {"name": "resnet50", "backend": "onnxruntime", "maxBatchSize": 8},
+                {"name": "tokenizer", "backend": "python", "instanceGroup": {"kind": "cpu"}},
+            ],
+            "servingGroups": [
+                {
+                    "name": "bert",
+                    "models": ["bert"],
+                    "autoscaling": True,
+                    "minReplicas": 2,
+                    "maxReplicas": 6,
+                    "canary": {
+                        "weight": 10,
+                        "versionPolicies": {"bert": {"policy": "specific", "versions": [3]}},
+                    },
+                },
+                {
+                    "name": "vision",
+                    "models": ["resnet50"],
+                    "gpuResource": "nvidia.com/mig-3g.71gb",
+                    "nodeSelector": {"nvidia.com/mig.config": "half"},
+                },
+                {
+                    "name": "text",
+                    "models": ["tokenizer"],
+                    # A share of a GPU the GPU Operator time-slices four ways.
+                    "memory": "4Gi",
+                },
+            ],
+        },
+    },
 }
 
 

@@ -928,6 +928,31 @@ CASES: list[Case] = [
         argv=PLAN_SITE,
     ),
     site_case(
+        "site-triton-model-in-two-groups",
+        sub(
+            f"{ALL_VARS}/triton.yml",
+            "triton_models:",
+            "triton_serving_groups:\n  - {name: a, models: [resnet50]}\n"
+            "  - {name: b, models: [resnet50]}\ntriton_models:",
+        ),
+        f"{ALL_VARS}/triton.yml",
+        "triton_serving_groups",
+        "a model belongs to exactly one group",
+    ),
+    site_case(
+        "site-triton-group-on-a-mig-slice-no-host-offers",
+        sub(
+            f"{ALL_VARS}/triton.yml",
+            "triton_models:",
+            "triton_serving_groups:\n"
+            "  - {name: vision, models: [resnet50], gpu_resource: nvidia.com/mig-3g.71gb}\n"
+            "triton_models:",
+        ),
+        f"{SITE}",
+        "Deployment triton/triton-vision",
+        "nvidia.com/mig-3g.71gb 1 requested, 0 allocatable",
+    ),
+    site_case(
         "site-kueue-quota-huge",
         sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: 100000"),
         f"{SITE}",

@@ -177,3 +177,34 @@ def test_secret_keys_both_fixed_and_generated_are_refused(run) -> None:
     result = run(program)
     assert [r.type_ for r in result.resources] == ["pulumi:providers:kubernetes"]
     assert [p.path for p in program.errors[0].problems] == ["args.renders[0].secrets[0]"]
+
+
+def test_serving_groups_are_applied_as_the_render_has_them(run) -> None:
+    from tests.unit.addons.conftest import SCENARIOS
+
+    settings = AddonsSettings.model_validate(SCENARIOS["serving-groups"])
+    (triton,) = [r for r in render_all(settings) if r.name == "triton"]
+    result = run(lambda: addons(settings))
+    wanted = {
+        (o["kind"], o["metadata"]["name"])
+        for o in triton.objects
+        if o["kind"] in ("Deployment", "Service", "HorizontalPodAutoscaler", "HTTPRoute")
+    }
+    applied = {
+        (r.type_.rsplit(":", 1)[1], r.inputs["metadata"]["name"])
+        for r in result.resources
+        if r.type_.rsplit(":", 1)[1]
+        in ("Deployment", "Service", "HorizontalPodAutoscaler", "HTTPRoute")
+        and r.inputs.get("metadata", {}).get("namespace") == "triton"
+    }
+    assert ("HTTPRoute", "triton-bert") in wanted
+    assert ("Deployment", "triton-bert-canary") in wanted
+    assert applied == wanted
+    (route,) = [
+        r
+        for r in result.resources
+        if r.type_ == "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
+        and r.inputs["metadata"]["name"] == "triton-bert"
+    ]
+    weights = [b["weight"] for b in route.inputs["spec"]["rules"][0]["backendRefs"]]
+    assert weights == [90, 10]

@@ -280,3 +280,29 @@ def test_live_cluster() -> None:
     code, document = _doctor("--kubeconfig", os.environ["KUBECONFIG"])
     assert code in (0, 1)
     assert [i for i in document["items"] if i["check"] == "gpu-node"]
+
+
+def test_each_serving_groups_deployment_is_checked() -> None:
+    from gpuinfra.addons.triton import TritonSettings
+    from gpuinfra.ops import doctor
+
+    settings = TritonSettings.model_validate(
+        {
+            "enabled": True,
+            "modelRepository": {"pvc": "models"},
+            "gateway": {"name": "inference"},
+            "models": [{"name": "a", "backend": "python"}, {"name": "b", "backend": "python"}],
+            "servingGroups": [
+                {"name": "one", "models": ["a"], "canary": {"weight": 5}},
+                {"name": "two", "models": ["b"]},
+            ],
+        }
+    )
+    deployment = json.loads((FIXTURES / "triton-deployment.json").read_text("utf-8"))
+    found = {"triton-one": deployment, "triton-one-canary": None, "triton-two": deployment}
+    items = {i.subject: (i.status, i.detail) for i in doctor.triton_items(found, settings)}
+    assert items == {
+        "triton/triton-one": ("ok", "2 of 2 replicas ready"),
+        "triton/triton-one-canary": ("fail", "Deployment not found"),
+        "triton/triton-two": ("ok", "2 of 2 replicas ready"),
+    }

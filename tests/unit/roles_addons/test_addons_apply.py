@@ -26,7 +26,7 @@ EXAMPLE_VARS = ROOT / "inventory" / "example" / "group_vars" / "all"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # Volcano is off in the example site; on here so that every chart add-on runs.
 EXTRA = {"volcano_enabled": True, "volcano_queues": [{"name": "train", "weight": 2}]}
-MODULES = ("k8s", "k8s_info", "k8s_cluster_info", "helm", "helm_info", "helm_pull")
+MODULES = ("k8s", "k8s_info", "k8s_cluster_info", "k8s_exec", "helm", "helm_info", "helm_pull")
 
 STAND_IN = """#!/usr/bin/python
 import json
@@ -53,9 +53,15 @@ def main():
         planted = os.environ.get("STAND_IN_SECRET_FILE")
         value = open(planted).read() if planted and args.get("kind") == "Secret" else ""
         status = {{"state": state, "succeeded": 1}} if args.get("kind") == "Job" else {{"state": state}}
-        result["resources"] = [{{"status": status, "data": dict.fromkeys(keys, value)}}]
+        result["resources"] = [
+            {{"metadata": {{"name": "pod-0"}}, "status": status, "data": dict.fromkeys(keys, value)}}
+        ]
         if args.get("name") in os.environ.get("STAND_IN_MISSING", "").split(","):
             result["resources"] = []
+    if MODULE == "k8s_exec":
+        # Triton's /v2/repository/index as the example site's server lists it.
+        index = [{{"name": "resnet50", "version": "1", "state": "READY"}}]
+        result["stdout"] = os.environ.get("STAND_IN_INDEX") or json.dumps(index)
     if MODULE == "helm_pull":
         chart = os.path.join(args["destination"], args["chart_ref"])
         os.makedirs(os.path.join(chart, "charts", "crds", "crds"))
@@ -92,9 +98,11 @@ def _calls(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def _play(tmp: Path, missing: str = "") -> tuple[subprocess.CompletedProcess[str], Path]:
+def _play(
+    tmp: Path, missing: str = "", index: str = "", tags: str = ""
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run playbooks/addons.yml against the stand-ins; ``missing`` names objects k8s_info does
-    not find."""
+    not find, ``index`` is what Triton's repository index answers, ``tags`` limits the run."""
     modules = tmp / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins"
     (modules / "modules").mkdir(parents=True)
     for name in MODULES:
@@ -119,6 +127,7 @@ def _play(tmp: Path, missing: str = "") -> tuple[subprocess.CompletedProcess[str
         "STAND_IN_CHARTS": json.dumps(charts),
         "STAND_IN_LOG": str(log),
         "STAND_IN_MISSING": missing,
+        "STAND_IN_INDEX": index,
     }
     extra = {**EXTRA, "gpuinfra_chart_cache_dir": str(tmp / "charts")}
     proc = subprocess.run(
@@ -129,6 +138,7 @@ def _play(tmp: Path, missing: str = "") -> tuple[subprocess.CompletedProcess[str
             "playbooks/addons.yml",
             "-e",
             json.dumps(extra),
+            *(["--tags", tags] if tags else []),
         ],
         cwd=ROOT,
         env=env,
@@ -256,3 +266,26 @@ def test_the_gpu_operator_install_waits_for_its_smoke_test(calls: list[dict[str,
     applied = _applied(calls, job)
     waited = _index(calls, "k8s_info", kind="Job", name=job["metadata"]["name"])
     assert _index(calls, "helm", release_name=operator.release) < applied < waited
+
+
+def test_each_tritons_repository_index_is_read_in_its_pod(calls: list[dict[str, Any]]) -> None:
+    (wait,) = [
+        c for c in calls if c["module"] == "k8s_info" and c["args"].get("kind") == "Deployment"
+    ]
+    (exec_call,) = [c for c in calls if c["module"] == "k8s_exec"]
+    assert exec_call["args"]["pod"] == "pod-0"
+    assert exec_call["args"]["container"] == "triton"
+    assert exec_call["args"]["namespace"] == wait["args"]["namespace"] == "triton"
+    assert "/v2/repository/index" in exec_call["args"]["command"]
+    pods = [c for c in calls if c["module"] == "k8s_info" and c["args"].get("kind") == "Pod"]
+    assert pods[0]["args"]["label_selectors"] == ["app.kubernetes.io/name=triton"]
+
+
+def test_a_version_the_server_does_not_serve_stops_the_play(tmp_path: Path) -> None:
+    index = json.dumps([{"name": "resnet50", "version": "2", "state": "UNAVAILABLE"}])
+    proc, _ = _play(tmp_path, index=index, tags="verify")
+    assert proc.returncode == 2, proc.stdout
+    assert (
+        "triton: model 'resnet50' (version_policy latest 1): READY versions [], "
+        "declared the newest 1"
+    ) in proc.stdout

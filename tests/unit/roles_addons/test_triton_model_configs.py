@@ -173,3 +173,42 @@ def test_a_version_the_policy_needs_is_missing_from_the_bucket(
         f"s3://{BUCKET}/serving/prod/: model 'resnet50' (version_policy specific [1, 2]): "
         "no version directory resnet50/2/"
     ) in done.stdout
+
+
+CANARY: dict[str, Any] = {
+    **SETTINGS,
+    "triton_gateway": {"name": "inference", "namespace": "gateways"},
+    "triton_serving_groups": [
+        {
+            "name": "vision",
+            "models": ["resnet50"],
+            "canary": {
+                "weight": 10,
+                "version_policies": {"resnet50": {"policy": "specific", "versions": [2]}},
+            },
+        },
+        {"name": "ranking", "models": ["ranker"]},
+    ],
+}
+
+
+def test_a_canarys_config_lands_beside_stables_and_its_version_is_checked(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    # Version 2, which only the canary serves, is not in the bucket yet.
+    refused = _upload(tmp_path, s3_endpoint, CANARY)
+    assert refused.returncode == 2, refused.stdout
+    assert (
+        "model 'resnet50' (version_policy specific [2]): no version directory resnet50/2/"
+    ) in refused.stdout
+
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, **_boto_credentials())
+    s3.put_object(Bucket=BUCKET, Key="serving/prod/resnet50/2/model.onnx", Body=b"model")
+    done = _upload(tmp_path, s3_endpoint, CANARY)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = s3.get_object(Bucket=BUCKET, Key="serving/prod/resnet50/configs/canary.pbtxt")
+    config = text_format.Parse(body["Body"].read().decode(), model_config_pb2.ModelConfig())
+    assert list(config.version_policy.specific.versions) == [2]
+    stable = s3.get_object(Bucket=BUCKET, Key="serving/prod/resnet50/config.pbtxt")
+    parsed = text_format.Parse(stable["Body"].read().decode(), model_config_pb2.ModelConfig())
+    assert parsed.version_policy.latest.num_versions == 1
