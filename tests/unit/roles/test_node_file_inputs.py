@@ -28,7 +28,7 @@ FILE_TASKS = {
         ],
     ),
     "nvidia_container_toolkit": (
-        ["repository.yml", "containerd.yml"],
+        ["repository.yml", "finish_files.yml", "containerd.yml"],
         ["containerd-config.toml.j2", "containerd-nvidia.toml.j2"],
     ),
 }
