@@ -1010,7 +1010,8 @@ def _role_documents(resources: Sequence[Resource]) -> list[tuple[Resource, list[
         for p in policies:
             attached = p.type_ == "aws:iam/rolePolicy:RolePolicy" and index.refers(p, "role", role)
             attached = attached or any(
-                index.refers(a, "role", role) and index.refers(a, "policyArn", p)
+                (index.refers(a, "role", role) or index.refers(a, "roles", role))
+                and index.refers(a, "policyArn", p)
                 for a in attachments
             )
             if attached:
