@@ -789,6 +789,33 @@ CASES = [
         ),
     ),
     Case(
+        "escalation-through-an-attached-policy",
+        "iam-no-privilege-escalation",
+        "gpuinfra-prod-node",
+        both(
+            role_policy(
+                "pass-only", {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}
+            ),
+            add(
+                "aws:iam/policy:Policy",
+                "run-only",
+                {
+                    "policy": doc(
+                        {"Effect": "Allow", "Action": "ec2:RunInstances", "Resource": "*"}
+                    ),
+                    "tags": TAGS,
+                },
+            ),
+            add(
+                "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+                "run-only-attached",
+                {"role": "<role>", "policyArn": "<arn>"},
+                role="gpuinfra-prod-node",
+                policyArn="run-only",
+            ),
+        ),
+    ),
+    Case(
         "create-access-key-by-wildcard",
         "iam-no-privilege-escalation",
         "gpuinfra-prod-node",
