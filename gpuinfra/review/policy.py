@@ -859,9 +859,9 @@ def fsx_key_policy(resources: Sequence[Resource], limits: Limits) -> list[str]:
             for statement in statements:
                 if _wildcard_principal(statement):
                     found.append(
-                        f"{_where(key)}: the key policy of {_where(fs)}'s key allows "
+                        f"{_where(key)}: the key policy allows "
                         f"{', '.join(_listed(statement.get('Action'))) or 'actions'} to any "
-                        "principal; name the principals"
+                        f"principal, on a key {_where(fs)} uses; name the principals"
                     )
             if not link_where:
                 if not any(
