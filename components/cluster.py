@@ -2,8 +2,8 @@
 
 The control plane runs the pinned Kubernetes version with its secrets encrypted by a
 customer-managed key and its endpoint reachable only from the configured CIDRs. The node role
-holds only what a node needs (join, pull images, pod networking); workloads that touch S3 or
-FSx get their own role through EKS Pod Identity, never through the node.
+holds only what a node needs (join, pull images); the VPC CNI and workloads that touch S3 or FSx
+get their own role through EKS Pod Identity, never through the node.
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.storage import key_policy
 from components.validation import raise_findings, require_tags
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem, world_cidr
 
 _MANAGED = "arn:aws:iam::aws:policy/"
-NODE_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEC2ContainerRegistryPullOnly",
-    "AmazonEKS_CNI_Policy",
-)
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
+# The VPC CNI (aws-node) manages every node's network interfaces with its own role, through Pod
+# Identity: on the node role, any pod that reached the node's credentials could too.
+CNI_POLICY = "AmazonEKS_CNI_Policy"
+CNI_SERVICE_ACCOUNT = "aws-node"
 # Every control-plane log type: the scheduler's and controller manager's explain pods that stay
 # Pending and nodes that leave, on a cluster where GPU capacity is the scarce thing.
 CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -95,6 +96,12 @@ class GpuCluster(pulumi.ComponentResource):
             description=f"{name}: Kubernetes secrets encryption",
             enable_key_rotation=True,
             tags=tags,
+            opts=child,
+        )
+        aws.kms.KeyPolicy(
+            f"{name}-secrets-policy",
+            key_id=secrets_key.id,
+            policy=secrets_key.arn.apply(key_policy),
             opts=child,
         )
         vpc_config = aws.eks.ClusterVpcConfigArgs(
@@ -172,6 +179,19 @@ class GpuCluster(pulumi.ComponentResource):
             addon_name="eks-node-monitoring-agent",
             tags=tags,
             opts=child,
+        )
+        cni_role = self._pod_role(f"{name}-vpc-cni", tags, cluster.arn, managed=[CNI_POLICY])
+        aws.eks.Addon(
+            f"{name}-vpc-cni",
+            cluster_name=cluster.name,
+            addon_name="vpc-cni",
+            pod_identity_associations=[
+                {"role_arn": cni_role.arn, "service_account": CNI_SERVICE_ACCOUNT}
+            ],
+            # EKS installed aws-node with the cluster; the add-on takes it over.
+            resolve_conflicts_on_create="OVERWRITE",
+            tags=tags,
+            opts=after_agent,
         )
         ebs_role = self._pod_role(
             f"{name}-ebs-csi",

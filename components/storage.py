@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -117,6 +118,9 @@ class GpuStorage(pulumi.ComponentResource):
         )
 
         self.fsx_id = self.fsx_dns_name = self.fsx_mount_name = None
+        # The key's policy is stated, never left to KMS's default (CKV2_AWS_64).
+        policy: pulumi.Output[str] = key.arn.apply(key_policy)
+        policy_opts = child
         if args.fsx is not None:
             fsx = aws.fsx.LustreFileSystem(
                 f"{name}-fsx",
@@ -157,17 +161,15 @@ class GpuStorage(pulumi.ComponentResource):
                 # The association reads (and with export, writes) the bucket's objects through
                 # a service-linked role made for this file system, which the bucket's key must
                 # name: KMS checks that a principal exists, so the policy follows the link.
-                aws.kms.KeyPolicy(
-                    f"{name}-key-policy",
-                    key_id=key.id,
-                    policy=pulumi.Output.all(key.arn, fsx.id).apply(
-                        lambda a: _key_policy(a[0], a[1], export)
-                    ),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[link]),
+                policy = pulumi.Output.all(key.arn, fsx.id).apply(
+                    lambda a: key_policy(a[0], a[1], export)
                 )
+                policy_opts = pulumi.ResourceOptions(parent=self, depends_on=[link])
             self.fsx_id = fsx.id
             self.fsx_dns_name = fsx.dns_name
             self.fsx_mount_name = fsx.mount_name
+
+        aws.kms.KeyPolicy(f"{name}-key-policy", key_id=key.id, policy=policy, opts=policy_opts)
 
         self.bucket_name = bucket.bucket
         self.bucket_arn = bucket.arn
@@ -204,10 +206,21 @@ def _findings(args: GpuStorageArgs) -> list[Finding]:
     return found
 
 
-def _key_policy(key_arn: str, file_system_id: str, export: bool) -> str:
-    """The key's policy: the account administers it through IAM (KMS's default statement), and
-    the file system's S3 service-linked role uses it, through S3 only."""
+def key_policy(key_arn: str, file_system_id: str | None = None, export: bool = False) -> str:
+    """A key's policy: the account administers it through IAM (KMS's default statement), and
+    with a file system, the file system's S3 service-linked role uses it, through S3 only."""
     _, partition, _, region, account = key_arn.split(":")[:5]
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "AccountAdministersThroughIam",
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
+            "Action": "kms:*",
+            "Resource": "*",
+        }
+    ]
+    if file_system_id is None:
+        return json.dumps({"Version": "2012-10-17", "Statement": statements})
     role = (
         f"arn:{partition}:iam::{account}:role/aws-service-role/"
         f"s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_{file_system_id}"
@@ -219,13 +232,7 @@ def _key_policy(key_arn: str, file_system_id: str, export: bool) -> str:
         {
             "Version": "2012-10-17",
             "Statement": [
-                {
-                    "Sid": "AccountAdministersThroughIam",
-                    "Effect": "Allow",
-                    "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
-                    "Action": "kms:*",
-                    "Resource": "*",
-                },
+                *statements,
                 {
                     "Sid": "FsxDataRepositoryReadsTheBucket",
                     "Effect": "Allow",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuinfra import secrets
+
 # Exit codes, one meaning each (the README's "Exit codes" lists them):
 EXIT_CHECK_FAILED = 1  # a check or a run found something wrong: versions rules, a failed host
 EXIT_USAGE = 2  # the user's input: a file they edit, an argument, the directory they stand in
@@ -49,7 +51,7 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}: {self.path}" if self.path else self.file
-        return one_line(f"{where}: {self.message}")
+        return one_line(f"{where}: {secrets.redact_message(self.path, self.message)}")
 
 
 class GpuinfraError(Exception):

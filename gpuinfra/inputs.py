@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuinfra import secrets
+
 # Characters a URL keeps as they are (RFC 3986 unreserved, reserved and '%'), minus those that
 # an apt source line or a shell reads: space, quotes, brackets, backslash, '`', '$', ';', '|'.
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#@!&'()*+,=%]+")
@@ -49,7 +51,9 @@ def repo_url_problem(value: Any) -> str:
         return f"{value!r} is not an http(s) URL with a host"
     if parts.username or parts.password:
         # The message names the URL without the login it refuses.
-        shown = value.replace(parts.netloc, f"<login>@{parts.netloc.rpartition('@')[2]}", 1)
+        shown = value.replace(
+            parts.netloc, f"{secrets.REDACTED}@{parts.netloc.rpartition('@')[2]}", 1
+        )
         return (
             f"{shown!r} carries credentials; give apt its login in /etc/apt/auth.conf.d/ "
             "instead, where it stays out of source files and logs"

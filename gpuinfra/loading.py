@@ -388,6 +388,9 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
         name = str(loc[-1])
         known = _field_names(model, loc[:-1])
         hint = did_you_mean(name, known)
+        if not known:
+            # A member of a union pydantic tried: it says the key is extra, not which member.
+            return f"unknown key '{name}'"
         return f"unknown key '{name}'{hint}" + (f" (allowed: {allowed(known)})" if not hint else "")
     if kind == "missing":
         return "required key is missing"

@@ -24,6 +24,6 @@ def allowed(choices: Iterable[str], limit: int = 12) -> str:
     items = [f"'{c}'" for c in sorted(set(choices))]
     if len(items) > limit:
         items = [*items[:limit], f"... ({len(items) - limit} more)"]
-    if len(items) == 1:
-        return items[0]
+    if len(items) <= 1:
+        return items[0] if items else "nothing"
     return ", ".join(items[:-1]) + " or " + items[-1]

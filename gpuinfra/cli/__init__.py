@@ -23,6 +23,7 @@ from rich.table import Table
 from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ArgumentError
 
+from gpuinfra import secrets
 from gpuinfra.cli.console import err, out
 from gpuinfra.errors import (
     EXIT_INTERNAL,
@@ -88,7 +89,8 @@ def versions_show(
     from gpuinfra import versions as versions_mod
 
     v = versions_mod.load()
-    rows = versions_document(v)
+    # A cell folds a long URL over lines, out of the console's reach: redact the rows.
+    rows: list[dict[str, str | None]] = secrets.redact(versions_document(v))
     if fmt is Format.json:
         out.print_json(json.dumps({"versions": rows}))
         return

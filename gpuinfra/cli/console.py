@@ -1,23 +1,60 @@
 """The one way the CLI writes: ``out`` for results on stdout, ``err`` for errors on stderr.
 
 Commands print rich renderables with ``out.print``, plain lines with ``say`` and whole
-documents (JSON, markdown, tables rendered to text) with ``emit``; nothing else writes.
+documents (JSON, markdown, tables rendered to text) with ``emit``; nothing else writes. CI
+keeps what a command prints, so every character on the way out loses its URL logins
+(``https://<redacted>@mirror/``), whichever command wrote it: ``versions show``, an error line,
+a traceback.
 """
 
 from __future__ import annotations
 
 import io
 import shutil
+import sys
 from pathlib import Path
+from typing import TextIO, cast
 
 from rich.console import Console, RenderableType
 
+from gpuinfra import secrets
 from gpuinfra.errors import UsageError, excerpt
+
+
+class _Redacted(io.TextIOBase):
+    """Writes to the process's current stdout or stderr, without URL userinfo."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    @property
+    def _target(self) -> TextIO:
+        target: TextIO = getattr(sys, self._name)
+        return target
+
+    def write(self, text: str) -> int:
+        self._target.write(secrets.redact_text(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._target, "encoding", None) or "utf-8"
+
 
 # Pipes and CI logs get a wide table rather than rich's 80-column default.
 WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
-out = Console(width=WIDTH)
-err = Console(stderr=True, soft_wrap=True)
+out = Console(file=cast(TextIO, _Redacted("stdout")), width=WIDTH)
+err = Console(file=cast(TextIO, _Redacted("stderr")), soft_wrap=True)
 
 
 def say(line: str) -> None:
@@ -32,7 +69,7 @@ def emit(text: str, path: Path | None = None) -> None:
         out.file.flush()
         return
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_text(secrets.redact_text(text), encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--out {excerpt(str(path), 80)}: cannot write: {exc.strerror}") from None
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuinfra import secrets
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
 from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError
 from gpuinfra.paths import repo_root
-from gpuinfra.review import secrets
 from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
 

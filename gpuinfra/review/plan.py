@@ -15,7 +15,7 @@ from typing import Any
 
 from pulumi.runtime import MockResourceArgs
 
-from gpuinfra import addons, integrity
+from gpuinfra import addons, integrity, secrets
 from gpuinfra import config as config_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
@@ -23,7 +23,7 @@ from gpuinfra.addons import AddonRender
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
-from gpuinfra.review import ordering, secrets, stackrun
+from gpuinfra.review import ordering, stackrun
 from gpuinfra.review import policy as policy_mod
 from gpuinfra.review.documents import flatten
 

@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
@@ -48,6 +49,7 @@ from gpuinfra.config import (
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, join_path, load_yaml, validate
 from gpuinfra.paths import repo_root
+from gpuinfra.review import iam_actions
 from gpuinfra.suggest import allowed
 from gpuinfra.versions import pin_problem
 
@@ -741,6 +743,140 @@ def kms_key_policies(resources: Sequence[Resource], limits: Limits) -> list[str]
     return found
 
 
+def kms_key_policy_defined(resources: Sequence[Resource], limits: Limits) -> list[str]:
+    """Every KMS key the stack makes states its key policy, on the key or as a KeyPolicy that
+    names it: none is left to what KMS writes when nobody says.
+
+    checkov CKV2_AWS_64 (a KMS key policy is defined).
+    """
+    del limits
+    index = _Index(resources)
+    return [
+        f"{_where(key)}: no key policy (set policy, or a KeyPolicy whose keyId reads this key)"
+        for key in resources
+        if key.type_ == KMS_KEY
+        and not key.inputs.get("policy")
+        and not any(r.type_ == KMS_KEY_POLICY and index.refers(r, "keyId", key) for r in resources)
+    ]
+
+
+# FSx for Lustre reads and writes a linked bucket through a service-linked role made for the
+# file system: AWSServiceRoleForFSxS3Access_<file system id>.
+FSX_S3_ROLE = "AWSServiceRoleForFSxS3Access_"
+DATA_REPOSITORY_ASSOCIATION = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+# What a customer-managed key must allow for FSx to use it (the file system's own data through
+# grants of its creator; a linked bucket's objects through the service-linked role).
+FSX_GRANT_ACTIONS = ("kms:creategrant", "kms:decrypt", "kms:generatedatakey", "kms:describekey")
+FSX_IMPORT_ACTIONS = ("kms:decrypt",)
+FSX_EXPORT_ACTIONS = ("kms:decrypt", "kms:encrypt", "kms:generatedatakey")
+
+
+def _key_statements(key: Resource, resources: Sequence[Resource], index: _Index) -> list[Any]:
+    return [
+        statement
+        for document in _key_policies(key, resources, index)
+        for statement in _statements(_document(document))
+        if _allows(statement)
+    ]
+
+
+def _allows_all(statement: Mapping[str, Any], actions: Iterable[str]) -> bool:
+    wanted = set(actions)
+    return _granted(statement, wanted) == wanted
+
+
+def _account_root(principal: str) -> bool:
+    return bool(_WHOLE_ACCOUNT.match(principal.strip()))
+
+
+def _via_fsx(statement: Mapping[str, Any]) -> bool:
+    condition = statement.get("Condition") or {}
+    return any(
+        str(k).lower() == "kms:viaservice" and any(v.startswith("fsx.") for v in _listed(value))
+        for values in condition.values()
+        if isinstance(values, Mapping)
+        for k, value in values.items()
+    )
+
+
+def _bucket_keys(bucket: Resource, resources: Sequence[Resource], index: _Index) -> list[Resource]:
+    """The KMS keys the stack makes that encrypt ``bucket`` by default."""
+    return [
+        key
+        for config in resources
+        if config.type_ in BUCKET_ENCRYPTION and index.refers(config, "bucket", bucket)
+        for key in index.referred(config, "rules", (KMS_KEY,))
+    ]
+
+
+def fsx_key_policy(resources: Sequence[Resource], limits: Limits) -> list[str]:
+    """A Lustre file system's key, and the key of a bucket linked to it, let FSx use them, and
+    let no one else.
+
+    The file system's key states a policy that lets FSx create its grants: the account
+    delegating to IAM (its root principal with the actions FSx uses), or FSx through
+    ``kms:ViaService``. A bucket linked by a data repository association is read, and with
+    export written, by the file system's S3 service-linked role (``AWSServiceRoleForFSxS3Access_
+    <id>``), which its key's policy must name with kms:Decrypt (and kms:Encrypt and
+    kms:GenerateDataKey to export); without that, imports fail on every encrypted object.
+    Neither key's policy allows anything to ``*``, whatever the condition.
+    No checkov check reads a key policy for FSx; near it are CKV_AWS_190 (Lustre with a
+    customer key), CKV_AWS_33 (no ``*`` principal in a key policy) and CKV2_AWS_64.
+    """
+    del limits
+    index = _Index(resources)
+    found: list[str] = []
+    for fs in (r for r in resources if r.type_ == FSX_LUSTRE):
+        keys = index.referred(fs, "kmsKeyId", (KMS_KEY,))
+        needs: list[tuple[Resource, str, tuple[str, ...]]] = [(k, "", ()) for k in keys]
+        for link in resources:
+            if link.type_ != DATA_REPOSITORY_ASSOCIATION or not index.refers(
+                link, "fileSystemId", fs
+            ):
+                continue
+            export = ((link.inputs.get("s3") or {}).get("autoExportPolicy") or {}).get("events")
+            needed: tuple[str, ...] = FSX_EXPORT_ACTIONS if export else FSX_IMPORT_ACTIONS
+            for bucket in index.referred(link, "dataRepositoryPath", BUCKET_TYPES):
+                needs += [(k, _where(link), needed) for k in _bucket_keys(bucket, resources, index)]
+        for key, link_where, actions in needs:
+            statements = _key_statements(key, resources, index)
+            if not statements:
+                found.append(
+                    f"{_where(key)}: encrypts {_where(fs)} but states no key policy that lets "
+                    "FSx use it"
+                )
+                continue
+            for statement in statements:
+                if _wildcard_principal(statement):
+                    found.append(
+                        f"{_where(key)}: the key policy allows "
+                        f"{', '.join(_listed(statement.get('Action'))) or 'actions'} to any "
+                        f"principal, on a key {_where(fs)} uses; name the principals"
+                    )
+            if not link_where:
+                if not any(
+                    _allows_all(s, FSX_GRANT_ACTIONS)
+                    and (any(map(_account_root, _principals(s))) or _via_fsx(s))
+                    for s in statements
+                ):
+                    found.append(
+                        f"{_where(key)}: the key policy lets neither the account's IAM "
+                        f"policies nor FSx (kms:ViaService) use it for {', '.join(FSX_GRANT_ACTIONS)}; "
+                        f"{_where(fs)} cannot encrypt with it"
+                    )
+                continue
+            if not any(
+                _allows_all(s, actions) and any(FSX_S3_ROLE in p for p in _principals(s))
+                for s in statements
+            ):
+                found.append(
+                    f"{_where(key)}: the key policy does not let the file system's "
+                    f"{FSX_S3_ROLE}<id> role use {', '.join(actions)}; {link_where} cannot "
+                    "read the encrypted bucket"
+                )
+    return list(dict.fromkeys(found))
+
+
 # --- identity ----------------------------------------------------------------------------------
 
 IDENTITY_POLICY_TYPES = (
@@ -757,7 +893,9 @@ POLICY_ATTACHMENT_TYPES = (
 )
 # AWS managed policies that grant administration of the account or of IAM itself.
 ADMIN_POLICIES = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
-_ADMIN_ARN = re.compile(r"^arn:aws[a-z-]*:iam::aws:policy/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]+)$")
+_MANAGED_ARN = re.compile(
+    r"^arn:aws[a-z-]*:iam::aws:policy/(?:[\w+=,.@-]+/)*(?P<name>[\w+=,.@-]+)$"
+)
 _WHOLE_ACCOUNT = re.compile(r"^(\d{12}|arn:aws[a-z-]*:iam::\d{12}:root)$")
 
 
@@ -810,9 +948,174 @@ def iam_no_admin_policies(resource: Resource, limits: Limits) -> list[str]:
         arns = _listed(resource.inputs.get("managedPolicyArns"))
     found = []
     for arn in arns:
-        match = _ADMIN_ARN.match(arn)
+        match = _MANAGED_ARN.match(arn)
         if match and match.group("name") in ADMIN_POLICIES:
             found.append(f"{_where(resource)}: {match.group('name')} on a workload identity")
+    return found
+
+
+def _granted(statement: Mapping[str, Any], wanted: Iterable[str]) -> set[str]:
+    """Which of ``wanted`` (lower-case action names) a statement names, wildcards and
+    NotAction included."""
+    if "NotAction" in statement:
+        excluded = [p.strip().lower() for p in _listed(statement.get("NotAction"))]
+        return {a for a in wanted if not any(fnmatchcase(a, p) for p in excluded)}
+    patterns = [p.strip().lower() for p in _listed(statement.get("Action"))]
+    return {a for a in wanted if any(fnmatchcase(a, p) for p in patterns)}
+
+
+def _unconstrained(documents: Iterable[Any], wanted: Iterable[str]) -> set[str]:
+    """Which of ``wanted`` these policy documents allow, together, without a condition and on
+    every resource: ``Resource: "*"`` (or NotResource), or an action no policy can scope.
+
+    Only a Deny of its own on every resource, without a condition, takes an action back.
+    """
+    candidates = set(wanted)
+    allowed: set[str] = set()
+    denied: set[str] = set()
+    for document in documents:
+        for statement in _statements(_document(document)):
+            if statement.get("Condition"):
+                continue
+            granted = _granted(statement, candidates)
+            anywhere = "*" in [r.strip() for r in _listed(statement.get("Resource"))]
+            if _allows(statement):
+                anywhere = anywhere or "NotResource" in statement
+                allowed |= {a for a in granted if anywhere or a in iam_actions.WILDCARD_ONLY}
+            elif anywhere:
+                denied |= granted
+    return allowed - denied
+
+
+def _role_documents(resources: Sequence[Resource]) -> list[tuple[Resource, list[Any]]]:
+    """Each role with every identity policy document it holds (inline, a RolePolicy naming
+    it, a Policy attached to it), then each policy the stack makes that names no role."""
+    index = _Index(resources)
+    policies = [r for r in resources if r.type_ in IDENTITY_POLICY_TYPES]
+    attachments = [r for r in resources if r.type_ in POLICY_ATTACHMENT_TYPES]
+    held: set[str] = set()
+    found: list[tuple[Resource, list[Any]]] = []
+    for role in (r for r in resources if r.type_ == IAM_ROLE):
+        documents = _identity_documents(role)
+        for p in policies:
+            attached = p.type_ == "aws:iam/rolePolicy:RolePolicy" and index.refers(p, "role", role)
+            attached = attached or any(
+                (index.refers(a, "role", role) or index.refers(a, "roles", role))
+                and index.refers(a, "policyArn", p)
+                for a in attachments
+            )
+            if attached:
+                documents += _identity_documents(p)
+                held.add(p.urn or p.name)
+        found.append((role, documents))
+    found += [(p, _identity_documents(p)) for p in policies if (p.urn or p.name) not in held]
+    return found
+
+
+def iam_no_privilege_escalation(resources: Sequence[Resource], limits: Limits) -> list[str]:
+    """No role's policies, taken together, allow a known way to raise its own privileges.
+
+    checkov CKV_AWS_286 (cloudsplaining's privilege escalation methods: creating another
+    user's keys, writing or attaching policies, passing a role to new compute, ...), with the
+    actions in ``gpuinfra.review.iam_actions``. An action counts when it is allowed on every
+    resource without a condition, or cannot be scoped to one. Stricter: checkov judges each
+    policy alone; here a role's inline policies, RolePolicy resources and attached Policies
+    count together, so a method split across two policies is found too.
+    """
+    del limits
+    found: list[str] = []
+    for holder, documents in _role_documents(resources):
+        wanted = {a for actions in iam_actions.PRIVILEGE_ESCALATION.values() for a in actions}
+        allowed = _unconstrained(documents, wanted)
+        methods = [
+            name
+            for name, actions in iam_actions.PRIVILEGE_ESCALATION.items()
+            if set(actions) <= allowed
+        ]
+        if methods:
+            actions = sorted({a for m in methods for a in iam_actions.PRIVILEGE_ESCALATION[m]})
+            found.append(
+                f"{_where(holder)}: allows privilege escalation ({', '.join(methods)}) through "
+                f"{', '.join(actions)} on every resource; name the resources or add a condition"
+            )
+    return found
+
+
+def iam_no_credentials_exposure(resource: Resource, limits: Limits) -> list[str]:
+    """No identity policy allows, unconstrained, an API call that answers with credentials.
+
+    checkov CKV_AWS_287 (cloudsplaining's actions that return credentials, less
+    ecr:GetAuthorizationToken, which nodes need to pull images): ``sts:AssumeRole``,
+    ``iam:CreateAccessKey``, ``sts:GetSessionToken``, ``redshift:GetClusterCredentials``, ...
+    on every resource without a condition, or an action no policy can scope.
+    """
+    del limits
+    allowed = _unconstrained(_identity_documents(resource), iam_actions.CREDENTIALS_EXPOSURE)
+    if not allowed:
+        return []
+    return [
+        f"{_where(resource)}: allows {', '.join(sorted(allowed))} on every resource, which "
+        "answers with credentials; name the resources or add a condition"
+    ]
+
+
+def iam_no_data_exfiltration(resource: Resource, limits: Limits) -> list[str]:
+    """No identity policy allows, unconstrained, the reads that leak data and secrets.
+
+    checkov CKV_AWS_288 (s3:GetObject, ssm:GetParameter, ssm:GetParameters,
+    ssm:GetParametersByPath, secretsmanager:GetSecretValue on every resource without a
+    condition). ``iam-no-wildcards`` refuses every ``Resource: "*"``; this rule says which
+    data it would have handed out.
+    """
+    del limits
+    allowed = _unconstrained(_identity_documents(resource), iam_actions.DATA_EXFILTRATION)
+    if not allowed:
+        return []
+    return [
+        f"{_where(resource)}: allows {', '.join(sorted(allowed))} on every resource; name "
+        "the buckets, parameters or secrets"
+    ]
+
+
+# The managed policies that let the VPC CNI manage network interfaces (IPv4 and IPv6).
+CNI_POLICIES = ("AmazonEKS_CNI_Policy", "AmazonEKS_CNI_IPv6_Policy")
+
+
+def _trusts_service(role: Resource, service: str) -> bool:
+    return any(
+        _allows(s) and service in _principals(s)
+        for s in _statements(_document(role.inputs.get("assumeRolePolicy")))
+    )
+
+
+def node_role_no_cni_policy(resources: Sequence[Resource], limits: Limits) -> list[str]:
+    """No role that EC2 instances assume (a node role) holds the VPC CNI's policy: aws-node
+    gets it through its own identity (Pod Identity or IRSA), so a pod that reaches the
+    node's credentials cannot rewrite the VPC's network interfaces.
+
+    No checkov check; EKS's best practices guide (use IRSA or Pod Identity for the CNI).
+    """
+    del limits
+    index = _Index(resources)
+    found: list[str] = []
+    for role in resources:
+        if role.type_ != IAM_ROLE or not _trusts_service(role, "ec2.amazonaws.com"):
+            continue
+        arns = list(_listed(role.inputs.get("managedPolicyArns")))
+        arns += [
+            arn
+            for a in resources
+            if a.type_ in POLICY_ATTACHMENT_TYPES
+            and (index.refers(a, "role", role) or index.refers(a, "roles", role))
+            for arn in _listed(a.inputs.get("policyArn"))
+        ]
+        for arn in arns:
+            match = _MANAGED_ARN.match(arn)
+            if match and match.group("name") in CNI_POLICIES:
+                found.append(
+                    f"{_where(role)}: {match.group('name')} on a node role; give the VPC CNI "
+                    "(aws-node) its own role through Pod Identity"
+                )
     return found
 
 
@@ -1131,6 +1434,14 @@ RESOURCE_RULES: dict[str, tuple[str, ResourceRule]] = {
         "No administrator managed policies on workload identities (CKV_AWS_274)",
         iam_no_admin_policies,
     ),
+    "iam-no-credentials-exposure": (
+        "No unconstrained actions that return credentials (CKV_AWS_287)",
+        iam_no_credentials_exposure,
+    ),
+    "iam-no-data-exfiltration": (
+        "No unconstrained reads of objects, parameters or secrets (CKV_AWS_288)",
+        iam_no_data_exfiltration,
+    ),
     "iam-trust-principals": (
         "Trust policies name who assumes a role (CKV_AWS_60, CKV_AWS_61)",
         iam_trust_principals,
@@ -1163,6 +1474,22 @@ STACK_RULES: dict[str, tuple[str, StackRule]] = {
     "kms-key-policies": (
         "Bucket and FSx keys rotate, no wildcard key policy (CKV_AWS_7, CKV_AWS_33)",
         kms_key_policies,
+    ),
+    "kms-key-policy-defined": (
+        "Every KMS key states its key policy (CKV2_AWS_64)",
+        kms_key_policy_defined,
+    ),
+    "fsx-key-policy": (
+        "FSx keys let FSx and its S3 role use them, and no '*' (near CKV_AWS_190, CKV_AWS_33)",
+        fsx_key_policy,
+    ),
+    "node-role-no-cni-policy": (
+        "The VPC CNI's policy on its own identity, not the node role",
+        node_role_no_cni_policy,
+    ),
+    "iam-no-privilege-escalation": (
+        "No privilege escalation through a role's policies (CKV_AWS_286)",
+        iam_no_privilege_escalation,
     ),
     "allowed-instance-types": (
         "GPU instance types allowed per environment, wherever set",

@@ -101,3 +101,32 @@ def test_the_pulumi_cli_is_a_pinned_release_checked_by_its_checksum() -> None:
     assert ".github/pulumi-cli.sha256" in install["run"]
     # The checksum comes before the archive is unpacked.
     assert install["run"].index("sha256sum --check") < install["run"].index("tar -x")
+
+
+def test_without_a_pinned_checksum_the_cli_step_says_which_line_to_add(tmp_path: Path) -> None:
+    job = _load("ci.yml")["jobs"]["preview"]
+    (install,) = [s for s in job["steps"] if "Pulumi CLI" in s.get("name", "")]
+    version = job["env"]["PULUMI_VERSION"]
+    archive = f"pulumi-v{version}-linux-x64.tar.gz"
+    pins = (ROOT / ".github" / "pulumi-cli.sha256").read_text()
+    lines = [line.split() for line in pins.splitlines() if line and not line.startswith("#")]
+    if any(name == archive for _, name in lines):
+        # Pinned: the line is what sha256sum --check reads.
+        assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest, _ in lines)
+        return
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", install["run"]],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PULUMI_VERSION": version, "RUNNER_TEMP": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"no sha256 for {archive} in .github/pulumi-cli.sha256; add this line:",
+        f"<sha256>  {archive}",
+        f"with <sha256> the one https://github.com/pulumi/pulumi/releases/download/v{version}/"
+        f"pulumi-{version}-checksums.txt gives for {archive}",
+    ]
+    assert not list(tmp_path.iterdir()), "nothing was downloaded"

@@ -50,11 +50,40 @@ def test_node_role_holds_only_what_a_node_needs(run) -> None:
         if r.inputs["role"] == "c-node"
     )
     assert attached == sorted(NODE_POLICIES)
+    assert "AmazonEKS_CNI_Policy" not in attached, "the VPC CNI has its own role"
     assert not [
         r
         for r in result.of_type("aws:iam/rolePolicy:RolePolicy")
         if r.inputs["role"] == "c-node-id"
     ], "S3 access goes through pod identity, never the node role"
+
+
+def test_the_vpc_cni_manages_interfaces_with_its_own_pod_identity(run) -> None:
+    result = run(lambda: GpuCluster("c", cluster_args()))
+    addon = result.named("c-vpc-cni").inputs
+    assert addon["addonName"] == "vpc-cni"
+    (association,) = addon["podIdentityAssociations"]
+    assert association["serviceAccount"] == "aws-node"
+    assert association["roleArn"].endswith(":role/c-vpc-cni-role")
+    (attachment,) = [
+        r
+        for r in result.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.inputs["role"] == "c-vpc-cni-role"
+    ]
+    assert attachment.inputs["policyArn"] == "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+    trust = json.loads(result.named("c-vpc-cni-role").inputs["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Statement"][0]["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:c-eks"}
+    }
+
+
+def test_the_secrets_key_states_its_policy(run) -> None:
+    result = run(lambda: GpuCluster("c", cluster_args()))
+    key_policy = result.named("c-secrets-policy").inputs
+    assert key_policy["keyId"] == "c-secrets-id"
+    (statement,) = json.loads(key_policy["policy"])["Statement"]
+    assert statement["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}
 
 
 def test_model_readers_get_read_only_bucket_access_through_pod_identity(run) -> None:
@@ -92,6 +121,7 @@ def test_csi_drivers_installed_and_fsx_only_when_asked(run) -> None:
         "aws-mountpoint-s3-csi-driver",
         "eks-node-monitoring-agent",
         "eks-pod-identity-agent",
+        "vpc-cni",
     ]
     with_fsx = run(lambda: GpuCluster("c", cluster_args(fsx_csi_driver=True)))
     assert "aws-fsx-csi-driver" in addons(with_fsx)

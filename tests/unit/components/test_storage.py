@@ -105,9 +105,12 @@ def test_the_bucket_key_lets_the_file_systems_s3_role_read_through_s3(run) -> No
     assert "*" not in role.split(":")[4]
     assert set(fsx_use["Action"]) == {"kms:Decrypt", "kms:DescribeKey"}
     assert fsx_use["Condition"]["StringEquals"]["kms:ViaService"].startswith("s3.")
-    # Without a linked bucket, the key keeps KMS's default policy.
+    # Without a linked bucket, the key states KMS's default policy and names no FSx role.
     unlinked = FsxArgs(
         subnet_id="subnet-a", security_group_ids=["sg-nodes"], link_model_bucket=False
     )
-    result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=unlinked)))
-    assert not result.of_type("aws:kms/keyPolicy:KeyPolicy")
+    for fsx in (unlinked, None):
+        result = run(lambda fsx=fsx: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=fsx)))
+        (stated,) = result.of_type("aws:kms/keyPolicy:KeyPolicy")
+        (only,) = json.loads(stated.inputs["policy"])["Statement"]
+        assert only["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"}

@@ -1,4 +1,6 @@
-"""Secrets planted in a stack, a site and the pins appear in no plan or diff, in any format.
+"""Secrets planted in a stack, a site and the pins appear in no plan, diff or other output of
+the CLI (``versions show``, ``config check``, ``addons render``, ``cost``), in any format, nor
+in the line that refuses a planted value.
 
 The plants: credentials in URL userinfo (a chart repository in versions.yaml, a site's
 package mirror), values under names that say password, token, secret or key (resource inputs
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra.review import secrets
+from gpuinfra import secrets
 from tests.conftest import run_cli
 
 PLANTED = {
@@ -112,11 +114,94 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[s
     commands["diff --site --format markdown"] = [*diff, *site, "--format", "markdown"]
     commands["diff --stack prod --format json"] = [*diff, "--stack", "prod", "--format", "json"]
     commands["diff --site --format table"] = [*diff, *site, "--format", "table"]
+    # Everything else that reads the planted files and prints.
+    for fmt in ("table", "json"):
+        commands[f"versions show --format {fmt}"] = ["versions", "show", "--format", fmt]
+    commands["versions check"] = ["versions", "check"]
+    commands["config check --stack prod"] = ["config", "check", "--stack", "prod"]
+    commands["config check --site"] = ["config", "check", *site]
+    commands["addons render --stack prod"] = ["addons", "render", "--stack", "prod"]
+    commands["cost --stack prod"] = ["cost", "--stack", "prod"]
     for label, args in commands.items():
         result = run_cli(*args, root=repo, cwd=repo)
         assert result.code in (0, 1), f"{label}: {result.stderr}"
         found[label] = result.stdout + result.stderr
     return found
+
+
+ERROR_PLANTS = {
+    "url-userinfo-in-a-refused-value": "PlantedArnPw",
+    "secret-named-refused-value": "PlantedApiSecretKey",
+    "secret-under-an-unknown-key": "PlantedExtraSecret",
+}
+
+
+@pytest.fixture(scope="module")
+def error_lines(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[str, str]:
+    """What config check and plan print when they refuse a planted value: a URL with a login
+    where an ARN belongs, and a bad value under a name that says secret."""
+    repo = tmp_path_factory.mktemp("planted-errors") / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    stack = repo / "stacks" / "Pulumi.prod.yaml"
+    arn = "adminRoleArn: arn:aws:iam::123456789012:role/gpuinfra-admin"
+    assert arn in stack.read_text()
+    login = f"adminRoleArn: https://ci:{ERROR_PLANTS['url-userinfo-in-a-refused-value']}@x.example/"
+    stack.write_text(stack.read_text().replace(arn, login))
+    alerting = repo / "inventory" / "example" / "group_vars" / "all" / "prometheus_stack.yml"
+    key = "api_secret_key: wecom-api-secret"
+    assert key in alerting.read_text()
+    bad = (
+        f'api_secret_key: "{ERROR_PLANTS["secret-named-refused-value"]} !"\n'
+        f"      api_secret: {ERROR_PLANTS['secret-under-an-unknown-key']}"
+    )
+    alerting.write_text(alerting.read_text().replace(key, bad))
+    found: dict[str, str] = {}
+    for argv in (("config", "check"), ("plan",)):
+        for target in (("--stack", "prod"), ("--site", "inventory/example")):
+            result = run_cli(*argv, *target, root=repo, cwd=repo)
+            label = " ".join((*argv, *target))
+            assert result.code == 2, f"{label}: {result.stderr}"
+            found[label] = result.stdout + result.stderr
+    return found
+
+
+def test_refusals_still_say_which_key_and_why(error_lines: dict[str, str]) -> None:
+    stack = error_lines["config check --stack prod"]
+    assert "config.gpuinfra:cluster.adminRoleArn: string should match pattern" in stack
+    assert "got 'https://<redacted>@x.example/'" in stack
+    site = error_lines["config check --site inventory/example"]
+    assert "receivers[1].wecom.api_secret_key: string should match pattern" in site
+    assert "got '<redacted>'" in site
+    # A key no receiver type knows is one line too, not a defect's traceback.
+    assert "receivers[1].wecom.api_secret: unknown key 'api_secret'" in site
+    assert "Traceback" not in site and "internal error" not in site
+
+
+@pytest.mark.parametrize(
+    ("path", "message", "shown"),
+    [
+        ("a.db_password", "got 'hunter2'", "got '<redacted>'"),
+        ("a.db_password", 'got "it\'s"', "got '<redacted>'"),
+        ("tags.db_password", "unknown key 'db_password' (allowed: 'team')", None),
+        (
+            "a.mirror",
+            "'https://u:p@m.example/' is not allowed",
+            "'https://<redacted>@m.example/' is not allowed",
+        ),
+        ("a.mirror", "got 'plain'", None),
+    ],
+)
+def test_error_messages_lose_secrets_and_keep_key_names(
+    path: str, message: str, shown: str | None
+) -> None:
+    assert secrets.redact_message(path, message) == (shown or message)
+
+
+@pytest.mark.parametrize("kind", sorted(ERROR_PLANTS))
+def test_no_planted_secret_in_any_refusal(error_lines: dict[str, str], kind: str) -> None:
+    value = ERROR_PLANTS[kind]
+    leaked = [label for label, text in error_lines.items() if value in text]
+    assert leaked == [], f"{kind} ({value}) appears in {leaked}"
 
 
 def test_the_plants_reach_the_plans_as_redacted(outputs: dict[str, str]) -> None:
@@ -133,7 +218,7 @@ def test_the_plants_reach_the_plans_as_redacted(outputs: dict[str, str]) -> None
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTED))
-def test_no_planted_secret_in_any_plan_or_diff(outputs: dict[str, str], kind: str) -> None:
+def test_no_planted_secret_in_any_output(outputs: dict[str, str], kind: str) -> None:
     value = PLANTED[kind]
     leaked = [label for label, text in outputs.items() if value in text]
     assert leaked == [], f"{kind} ({value}) appears in {leaked}"
@@ -202,5 +287,5 @@ def test_a_login_in_a_site_mirror_url_is_refused_without_printing_it(
         result = run_cli(*argv, "--site", "inventory/example", root=repo, cwd=repo)
         assert result.code == 2, result.stderr
         assert "carries credentials" in result.stderr
-        assert "<login>@mirror.example.internal" in result.stderr
+        assert "<redacted>@mirror.example.internal" in result.stderr
         assert PLANTED["url-userinfo-mirror"] not in result.stdout + result.stderr

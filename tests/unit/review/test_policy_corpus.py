@@ -241,6 +241,31 @@ def p5_template_group(max_size: int) -> Change:
     )
 
 
+def drop(name: str) -> Change:
+    """Leave out the resource ``name``."""
+    return lambda stack: [r for r in stack if r.name != name]
+
+
+def key_policy_statements(change: Callable[[list[dict[str, Any]]], None]) -> Change:
+    """Change the statements of the storage key's KeyPolicy."""
+
+    def apply(inputs: dict[str, Any]) -> None:
+        document = json.loads(inputs["policy"])
+        change(document["Statement"])
+        inputs["policy"] = json.dumps(document)
+
+    return edit("gpuinfra-prod-key-policy", apply)
+
+
+def fsx_statement(update: Mapping[str, Any]) -> Callable[[list[dict[str, Any]]], None]:
+    def apply(statements: list[dict[str, Any]]) -> None:
+        for statement in statements:
+            if statement.get("Sid") == "FsxDataRepositoryReadsTheBucket":
+                statement.update(update)
+
+    return apply
+
+
 def without(key: str) -> Callable[[dict[str, Any]], None]:
     return lambda inputs: inputs.pop(key, None)
 
@@ -642,7 +667,243 @@ CASES = [
             keyId="gpuinfra-prod-key",
         ),
     ),
+    Case(
+        "key-without-a-policy",
+        "kms-key-policy-defined",
+        "loose",
+        add(policy.KMS_KEY, "loose", {"enableKeyRotation": True, "tags": TAGS}),
+    ),
+    Case(
+        "storage-key-policy-left-out",
+        "kms-key-policy-defined",
+        "gpuinfra-prod-key",
+        drop("gpuinfra-prod-key-policy"),
+    ),
+    Case(
+        "secrets-key-policy-left-out",
+        "kms-key-policy-defined",
+        "gpuinfra-prod-secrets",
+        drop("gpuinfra-prod-secrets-policy"),
+    ),
+    # FSx and its keys.
+    Case(
+        "fsx-s3-role-left-out-of-the-bucket-key",
+        "fsx-key-policy",
+        "gpuinfra-prod-key",
+        key_policy_statements(
+            lambda statements: statements.__setitem__(
+                slice(None),
+                [s for s in statements if s.get("Sid") != "FsxDataRepositoryReadsTheBucket"],
+            )
+        ),
+    ),
+    Case(
+        "fsx-s3-role-without-decrypt",
+        "fsx-key-policy",
+        "gpuinfra-prod-key",
+        key_policy_statements(fsx_statement({"Action": ["kms:DescribeKey"]})),
+    ),
+    Case(
+        "fsx-export-turned-on-behind-an-import-only-key",
+        "fsx-key-policy",
+        "gpuinfra-prod-key",
+        edit(
+            "gpuinfra-prod-fsx-models",
+            lambda i: i["s3"].update(autoExportPolicy={"events": ["NEW", "CHANGED"]}),
+        ),
+    ),
+    Case(
+        "fsx-key-policy-star-with-a-condition",
+        "fsx-key-policy",
+        "gpuinfra-prod-key",
+        key_policy_statements(
+            lambda statements: statements.append(
+                {
+                    "Effect": "Allow",
+                    "Principal": {"AWS": "*"},
+                    "Action": "kms:Decrypt",
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {"kms:CallerAccount": "123456789012"}},
+                }
+            )
+        ),
+    ),
+    Case(
+        "fsx-key-without-the-accounts-iam",
+        "fsx-key-policy",
+        "gpuinfra-prod-key",
+        key_policy_statements(
+            lambda statements: statements[0].update(
+                Principal={"AWS": "arn:aws:iam::123456789012:role/ops"}, Action="kms:Decrypt"
+            )
+        ),
+    ),
+    Case(
+        "fsx-on-a-key-without-a-policy",
+        "fsx-key-policy",
+        "scratch-key",
+        both(
+            add(policy.KMS_KEY, "scratch-key", {"enableKeyRotation": True, "tags": TAGS}),
+            add(
+                policy.FSX_LUSTRE,
+                "scratch",
+                {"kmsKeyId": "<key>", "storageCapacity": 1200, "tags": TAGS},
+                kmsKeyId="scratch-key",
+            ),
+        ),
+    ),
     # Identity.
+    Case(
+        "cni-policy-on-the-node-role",
+        "node-role-no-cni-policy",
+        "gpuinfra-prod-node",
+        attach("cni", "AmazonEKS_CNI_Policy"),
+    ),
+    Case(
+        "ipv6-cni-policy-as-a-managed-arn",
+        "node-role-no-cni-policy",
+        "gpuinfra-prod-node",
+        edit(
+            "gpuinfra-prod-node",
+            setting("managedPolicyArns", ["arn:aws:iam::aws:policy/AmazonEKS_CNI_IPv6_Policy"]),
+        ),
+    ),
+    Case(
+        "pass-role-and-run-instances",
+        "iam-no-privilege-escalation",
+        "gpuinfra-prod-node",
+        role_policy(
+            "launch",
+            {"Effect": "Allow", "Action": ["iam:PassRole", "ec2:RunInstances"], "Resource": "*"},
+        ),
+    ),
+    Case(
+        "escalation-split-across-two-policies",
+        "iam-no-privilege-escalation",
+        "gpuinfra-prod-node",
+        both(
+            role_policy("pass", {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}),
+            role_policy(
+                "glue", {"Effect": "Allow", "Action": "glue:CreateDevEndpoint", "Resource": "*"}
+            ),
+        ),
+    ),
+    Case(
+        "escalation-through-an-attached-policy",
+        "iam-no-privilege-escalation",
+        "gpuinfra-prod-node",
+        both(
+            role_policy(
+                "pass-only", {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}
+            ),
+            add(
+                "aws:iam/policy:Policy",
+                "run-only",
+                {
+                    "policy": doc(
+                        {"Effect": "Allow", "Action": "ec2:RunInstances", "Resource": "*"}
+                    ),
+                    "tags": TAGS,
+                },
+            ),
+            add(
+                "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+                "run-only-attached",
+                {"role": "<role>", "policyArn": "<arn>"},
+                role="gpuinfra-prod-node",
+                policyArn="run-only",
+            ),
+        ),
+    ),
+    Case(
+        "create-access-key-by-wildcard",
+        "iam-no-privilege-escalation",
+        "gpuinfra-prod-node",
+        role_policy("keys", {"Effect": "Allow", "Action": "iam:Create*", "Resource": "*"}),
+    ),
+    Case(
+        "session-token-on-a-named-resource",
+        "iam-no-credentials-exposure",
+        "session",
+        role_policy(
+            "session",
+            {
+                "Effect": "Allow",
+                "Action": "sts:GetSessionToken",
+                "Resource": "arn:aws:iam::123456789012:role/ci",
+            },
+        ),
+    ),
+    Case(
+        "assume-any-role",
+        "iam-no-credentials-exposure",
+        "hop",
+        role_policy("hop", {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": "*"}),
+    ),
+    Case(
+        "redshift-credentials-through-not-action",
+        "iam-no-credentials-exposure",
+        "not-iam",
+        role_policy("not-iam", {"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}),
+    ),
+    Case(
+        "every-secret",
+        "iam-no-data-exfiltration",
+        "secrets",
+        role_policy(
+            "secrets",
+            {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"},
+        ),
+    ),
+    Case(
+        "every-object-inline-on-a-role",
+        "iam-no-data-exfiltration",
+        "reader",
+        add(
+            policy.IAM_ROLE,
+            "reader",
+            {
+                "assumeRolePolicy": doc(
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "ec2.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ),
+                "inlinePolicies": [
+                    {
+                        "name": "read",
+                        "policy": doc(
+                            {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["*"]}
+                        ),
+                    }
+                ],
+                "tags": TAGS,
+            },
+        ),
+    ),
+    Case(
+        "permissions-management-anywhere-under-a-condition",
+        "iam-no-wildcards",
+        "grant",
+        role_policy(
+            "grant",
+            {
+                "Effect": "Allow",
+                "Action": "iam:PutRolePolicy",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:RequestedRegion": "us-east-1"}},
+            },
+        ),
+    ),
+    Case(
+        "unconstrained-write",
+        "iam-no-wildcards",
+        "terminate",
+        role_policy(
+            "terminate", {"Effect": "Allow", "Action": "ec2:TerminateInstances", "Resource": "*"}
+        ),
+    ),
     Case(
         "node-role-administrator",
         "iam-no-admin-policies",
@@ -888,6 +1149,78 @@ PASSES = [
         ),
     ),
     Case("protected-second-bucket", "buckets-protected", "", protected_bucket("second")),
+    Case(
+        "ecr-authorization-token",
+        "iam-no-credentials-exposure",
+        "",
+        role_policy(
+            "pull", {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
+        ),
+    ),
+    Case(
+        "assume-a-named-role",
+        "iam-no-credentials-exposure",
+        "",
+        role_policy(
+            "chain",
+            {
+                "Effect": "Allow",
+                "Action": "sts:AssumeRole",
+                "Resource": "arn:aws:iam::123456789012:role/reader",
+            },
+        ),
+    ),
+    Case(
+        "escalation-under-a-condition",
+        "iam-no-privilege-escalation",
+        "",
+        role_policy(
+            "tagged",
+            {
+                "Effect": "Allow",
+                "Action": ["iam:PassRole", "ec2:RunInstances"],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:ResourceTag/team": "ml-platform"}},
+            },
+        ),
+    ),
+    Case(
+        "escalation-taken-back-by-a-deny",
+        "iam-no-privilege-escalation",
+        "",
+        role_policy(
+            "denied",
+            {"Effect": "Allow", "Action": ["iam:PassRole", "ec2:RunInstances"], "Resource": "*"},
+            {"Effect": "Deny", "Action": "iam:PassRole", "Resource": "*"},
+        ),
+    ),
+    Case(
+        "objects-of-the-model-bucket",
+        "iam-no-data-exfiltration",
+        "",
+        role_policy(
+            "models",
+            {
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": "arn:aws:s3:::gpuinfra-prod-models/*",
+            },
+        ),
+    ),
+    Case(
+        "cni-policy-on-its-own-pod-role",
+        "node-role-no-cni-policy",
+        "",
+        add(
+            "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+            "cni-again",
+            {
+                "role": "gpuinfra-prod-vpc-cni-role",
+                "policyArn": "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+            },
+            role="gpuinfra-prod-vpc-cni-role",
+        ),
+    ),
     Case(
         "trust-a-named-role",
         "iam-trust-principals",

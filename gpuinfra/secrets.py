@@ -1,7 +1,8 @@
-"""Secrets out of every document the review path writes: plans, diffs and their error lines.
+"""Secrets out of everything gpuinfra shows: plans, diffs, the CLI's lines and error lines.
 
-A plan is posted to pull requests (``diff --format markdown``) and kept as a CI artifact, so
-what it shows must be safe to publish. Three kinds of value are replaced by ``<redacted>``:
+A plan is posted to pull requests (``diff --format markdown``) and kept as a CI artifact, and
+CI logs keep what every command prints, so what gpuinfra shows must be safe to publish. Three
+kinds of value are replaced by ``<redacted>``:
 
 - the userinfo of a URL (``https://deploy:S3cr3t@mirror.example/``), wherever it sits in a
   string (an apt source line, a Helm value);
@@ -13,6 +14,10 @@ what it shows must be safe to publish. Three kinds of value are replaced by ``<r
   ``existing`` (``existingSecret``), the key of a Secret that holds a password or a user name
   (``passwordKey``, ``userKey``) and a bare ``key`` (a label's, a taint's);
 - every value of a Kubernetes Secret's ``data`` and ``stringData``.
+
+Documents pass through ``redact``; every line the CLI writes through ``redact_text`` (URL
+userinfo); an error line about a key with a secret's name shows no quoted value
+(``redact_message``).
 
 Pulumi secrets are already ``[secret]`` in what the stack runner records
 (``gpuinfra.review.stackrun``). The function is idempotent, so ``diff`` applies it again to
@@ -83,6 +88,31 @@ def secret_name(name: str) -> bool:
 def redact_text(text: str) -> str:
     """``text`` with every URL's userinfo replaced."""
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_PATH_PART = re.compile(r"[^.\[\]:]+")
+
+
+def secret_path(path: str) -> bool:
+    """Whether a key path (``a.b[0].db_password``) passes through a key with a secret's name."""
+    return any(secret_name(part) for part in _PATH_PART.findall(path))
+
+
+def redact_message(path: str, message: str) -> str:
+    """An error line's message about the key at ``path``: no URL login, and, when the path
+    names a secret, no quoted value (``got 'hunter2'``). Key names the path holds and what
+    the message lists as allowed stay."""
+    message = redact_text(message)
+    if not secret_path(path):
+        return message
+    keys = set(_PATH_PART.findall(path))
+    head, sep, tail = message.partition("(allowed")
+
+    def mask(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(0)[1:-1] in keys else f"'{REDACTED}'"
+
+    return _QUOTED.sub(mask, head) + sep + tail
 
 
 def redact(value: Any, *, hide: bool = False) -> Any:
