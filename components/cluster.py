@@ -20,7 +20,9 @@ import pulumi_kubernetes as k8s
 
 from components.storage import key_policy
 from components.validation import raise_findings, require_tags
+from gpuinfra import autoscaler
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem, world_cidr
+from gpuinfra.versions import Versions, pinned
 
 _MANAGED = "arn:aws:iam::aws:policy/"
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
@@ -61,6 +63,10 @@ class GpuClusterArgs:
     system_node_count: int = 2
     # The EKS AMI release (versions.yaml eks_gpu_ami: GPU and standard AMIs share releases).
     ami_release_version: str | None = None
+    # The Cluster Autoscaler's region (gpuinfra/autoscaler.py); None runs none. It needs
+    # eks_name, which its auto-discovery tags name.
+    autoscaler_region: str | None = None
+    autoscaler_versions: Versions | None = None
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -271,6 +277,9 @@ class GpuCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[ebs]),
         )
 
+        if args.autoscaler_region and args.eks_name:
+            self._autoscaler(name, args, tags, cluster, after_agent)
+
         self.cluster_name = cluster.name
         self.endpoint = cluster.endpoint
         self.node_role_arn = node_role.arn
@@ -341,6 +350,37 @@ class GpuCluster(pulumi.ComponentResource):
             tags=system_tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(attached)),
         )
+
+    def _autoscaler(
+        self,
+        name: str,
+        args: GpuClusterArgs,
+        tags: dict[str, str],
+        cluster: aws.eks.Cluster,
+        after_agent: pulumi.ResourceOptions,
+    ) -> None:
+        """The Cluster Autoscaler: its AWS role through Pod Identity, and its objects."""
+        assert args.eks_name and args.autoscaler_region
+        policy = json.dumps(autoscaler.iam_policy(args.eks_name, args.autoscaler_region))
+        role = self._pod_role(f"{name}-autoscaler", tags, cluster.arn, inline=policy)
+        aws.eks.PodIdentityAssociation(
+            f"{name}-autoscaler",
+            cluster_name=cluster.name,
+            namespace=autoscaler.NAMESPACE,
+            service_account=autoscaler.NAME,
+            role_arn=role.arn,
+            tags=tags,
+            opts=after_agent,
+        )
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        for obj in autoscaler.objects(
+            args.eks_name, args.autoscaler_region, args.autoscaler_versions or pinned()
+        ):
+            group, _, version = str(obj["apiVersion"]).rpartition("/")
+            token = f"kubernetes:{group or 'core'}/{version}:{obj['kind']}"
+            pulumi.CustomResource(
+                token, f"{name}-autoscaler-{str(obj['kind']).lower()}", dict(obj), on_cluster
+            )
 
     def _pod_role(
         self,

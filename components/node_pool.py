@@ -16,7 +16,7 @@ import pulumi_aws as aws
 from pydantic import ConfigDict, SkipValidation
 
 from components.validation import raise_findings, require_tags
-from gpuinfra import catalog, integrity
+from gpuinfra import autoscaler, catalog, integrity
 from gpuinfra.addons.base import GPU_TAINT
 from gpuinfra.config import POOL_LABEL, CapacityType, Finding, NodePoolConfig, node_pool_findings
 
@@ -52,6 +52,9 @@ class GpuNodePoolArgs(NodePoolConfig):
     ami_type: str = "AL2023_x86_64_NVIDIA"
     # The EKS GPU AMI release (versions.yaml eks_gpu_ami); None follows EKS's latest (dev only).
     ami_release_version: str | None = None
+    # The Cluster Autoscaler runs: tag the pool's Auto Scaling group for its auto-discovery and
+    # with what a node would offer, so that it can grow the pool from zero. The EKS name.
+    autoscaler_cluster: str | None = None
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -149,6 +152,26 @@ class GpuNodePool(pulumi.ComponentResource):
             # The cluster autoscaler owns the current size once the pool exists.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
         )
+
+        if args.autoscaler_cluster:
+            # EKS does not copy a node group's tags to its Auto Scaling group; the autoscaler
+            # reads them there.
+            group_name = node_group.resources.apply(
+                lambda r: r[0].autoscaling_groups[0].name if r and r[0].autoscaling_groups else ""
+            )
+            asg_tags = {
+                **autoscaler.discovery_tags(args.autoscaler_cluster),
+                **integrity.pool_template_tags(args.name, args.instance_type, args.labels),
+            }
+            for key, value in sorted(asg_tags.items()):
+                # Named by the tag's key, so that adding a label renames no other tag.
+                short = re.sub(r"[^a-z0-9]+", "-", key.removeprefix(autoscaler.TAG).lower())
+                aws.autoscaling.Tag(
+                    f"{name}-asg{short.rstrip('-')}",
+                    autoscaling_group_name=group_name,
+                    tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=child,
+                )
 
         self.node_group_name = node_group.node_group_name
         self.launch_template_id = template.id

@@ -141,6 +141,9 @@ class ClusterConfig(CamelModel):
     )
     system_instance_type: str = "m7i.large"
     system_node_count: int = Field(default=2, ge=1, le=10)
+    # The Cluster Autoscaler (gpuinfra/autoscaler.py): GPU pools grow from and shrink to their
+    # minSize as pods come and go.
+    autoscaler: bool = False
 
     @field_validator("system_instance_type")
     @classmethod

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuinfra import addons, catalog, chartdata, gpus, paths
+from gpuinfra import addons, autoscaler, catalog, chartdata, gpus, paths
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, SMOKE_TEST, GpuOperatorSettings
+from gpuinfra.addons.keda import prometheus_address
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml
@@ -133,6 +134,10 @@ class Nodes:
     gpu: str = ""
     driver: str = ""
     driver_key: str = ""
+    # The fewest there can be (a pool's minSize; None where the count is fixed, a site's host),
+    # and the node-template tags the autoscaler reads for it (None: no autoscaler tags).
+    min_count: int | None = None
+    template_tags: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,11 @@ class State:
     new_cluster: bool = False
     # Cluster-scoped objects the apply creates besides the add-ons' (the stack's StorageClass).
     created: frozenset[tuple[str, str, str]] = frozenset()
+    # Whether a node autoscaler runs (a stack's cluster.autoscaler; None on sites, whose hosts
+    # are the nodes there are).
+    autoscaler: bool | None = None
+    # The environment (a stack's; a site's gpuinfra_environment, '' where it names none).
+    environment: str = ""
 
 
 # --- what the nodes offer -------------------------------------------------------------------------
@@ -209,6 +219,15 @@ def pool_labels(name: str, instance_type: str, extra: Mapping[str, str]) -> dict
     return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name}
 
 
+def pool_template_tags(name: str, instance_type: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The node-template tags the node pool component puts on its Auto Scaling group."""
+    return autoscaler.template_tags(
+        pool_labels(name, instance_type, extra),
+        [(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])],
+        catalog.instance_types()[instance_type].gpu_count,
+    )
+
+
 def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nodes, ...]:
     """The stack's node pools, and the CPU node group gpuinfra adds beside them.
 
@@ -229,6 +248,10 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
             gpu=catalog.instance_types()[pool.instance_type].gpu_name,
             driver=driver,
             driver_key="nvidia_driver.preinstalled (the EKS GPU AMI's driver)",
+            min_count=pool.min_size,
+            template_tags=pool_template_tags(pool.name, pool.instance_type, pool.labels)
+            if cfg.cluster.autoscaler
+            else None,
         )
         for pool in cfg.node_pools
     ]
@@ -1121,8 +1144,196 @@ def play_order(state: State) -> list[Finding]:
     return found
 
 
+def _pod(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec: Mapping[str, Any] = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return spec
+
+
+def idle_reclaim(state: State) -> list[Finding]:
+    """KEDA's ScaledObjects read the Prometheus the Prometheus stack creates, target a GPU
+    Deployment no other autoscaler drives, and (on a stack) nodes follow them to zero."""
+    found: list[Finding] = []
+    prometheus = next((r for r in state.renders if r.name == "prometheus_stack"), None)
+    deployments = {
+        (o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for _r, o in _objects(state)
+        if o.get("kind") == "Deployment"
+    }
+    hpa_targets = {
+        (o["metadata"].get("namespace"), o["spec"]["scaleTargetRef"]["name"])
+        for _r, o in _objects(state)
+        if o.get("kind") == "HorizontalPodAutoscaler"
+    }
+    scaled = [o for _r, o in _objects(state) if o.get("kind") == "ScaledObject"]
+    for obj in scaled:
+        label = _label(obj)
+        namespace = obj["metadata"].get("namespace")
+        for t, trigger in enumerate(obj["spec"].get("triggers", [])):
+            if trigger.get("type") != "prometheus":
+                continue
+            address = trigger.get("metadata", {}).get("serverAddress", "")
+            path = f"spec.triggers[{t}].metadata.serverAddress"
+            if prometheus is None:
+                found.append(
+                    Finding(
+                        "error",
+                        "idle_reclaim",
+                        label,
+                        path,
+                        f"reads {address}, but the Prometheus stack add-on is not enabled: "
+                        "the trigger never gets a value; enable prometheusStack",
+                    )
+                )
+            elif address != prometheus_address(prometheus.namespace):
+                found.append(
+                    Finding(
+                        "error",
+                        "idle_reclaim",
+                        label,
+                        path,
+                        f"reads {address}, but the Prometheus stack's Prometheus is "
+                        f"{prometheus_address(prometheus.namespace)}; set keda "
+                        "prometheusAddress to it",
+                    )
+                )
+        target = obj["spec"]["scaleTargetRef"]["name"]
+        key = (namespace, target)
+        path = "spec.scaleTargetRef"
+        if key in hpa_targets:
+            found.append(
+                Finding(
+                    "error",
+                    "idle_reclaim",
+                    label,
+                    path,
+                    f"Deployment {namespace}/{target} already has a HorizontalPodAutoscaler; "
+                    "two autoscalers fight over its replicas: turn one off",
+                )
+            )
+        if key not in deployments:
+            found.append(
+                Finding(
+                    "warning",
+                    "idle_reclaim",
+                    label,
+                    path,
+                    f"Deployment {namespace}/{target} is not one gpuinfra applies: it must "
+                    "exist (with GPUs) when KEDA starts, or the ScaledObject stays not Ready",
+                )
+            )
+        elif not any(_gpu_resource(r) for r in _requests(_pod(deployments[key]))):
+            found.append(
+                Finding(
+                    "error",
+                    "idle_reclaim",
+                    label,
+                    path,
+                    f"Deployment {namespace}/{target} requests no GPU: its GPU utilisation is "
+                    "never above the threshold, so it would always be scaled to zero",
+                )
+            )
+    if scaled and state.autoscaler is False:
+        found.append(
+            Finding(
+                "warning",
+                "idle_reclaim",
+                "ScaledObjects",
+                "",
+                "idle Deployments scale to zero but their GPU nodes stay: set "
+                "cluster.autoscaler: true so that the pools follow",
+            )
+        )
+    return found
+
+
+# The policy rule (gpuinfra/review/policy.py) that keeps idle reclaim out of prod.
+NO_IDLE_RECLAIM_IN_PROD = "no-idle-reclaim-in-prod"
+
+
+def no_idle_reclaim_in_prod(state: State) -> list[Finding]:
+    """prod keeps its replicas: nothing there is scaled to zero for being idle."""
+    if state.environment != "prod":
+        return []
+    return [
+        Finding(
+            "error",
+            NO_IDLE_RECLAIM_IN_PROD,
+            _label(o),
+            "",
+            f"prod workloads are never scaled to zero for being idle (policy rule "
+            f"{NO_IDLE_RECLAIM_IN_PROD}); list only dev and test Deployments, in a dev or test "
+            "stack or site",
+        )
+        for _r, o in _objects(state)
+        if o.get("kind") == "ScaledObject"
+    ]
+
+
+def _template_nodes(nodes: Nodes) -> Nodes | None:
+    """The pool as the autoscaler sees it without a node: from its node-template tags."""
+    if nodes.template_tags is None:
+        return None
+    labels, taints, resources = autoscaler.template(nodes.template_tags)
+    return Nodes(
+        name=nodes.name,
+        labels=labels,
+        taints=tuple(Taint(*t) for t in taints),
+        # CPU and memory come from the instance type; GPUs only from the tag.
+        allocatable={
+            **{k: v for k, v in nodes.allocatable.items() if not _gpu_resource(k)},
+            **resources,
+        },
+        count=nodes.count,
+    )
+
+
+def scale_from_zero(state: State) -> list[Finding]:
+    """A pool that may have no node grows only through the autoscaler, which must tell from the
+    pool's node-template tags that the pods waiting for it would fit."""
+    found: list[Finding] = []
+    pods = [(o, _pod(o)) for _r, o in _objects(state) if o.get("kind") in WORKLOAD_KINDS]
+    for nodes in state.nodes:
+        if nodes.min_count != 0:
+            continue
+        if state.autoscaler is False:
+            if any(_gpu_resource(r) for r in nodes.allocatable):
+                found.append(
+                    Finding(
+                        "warning",
+                        "scale_from_zero",
+                        nodes.name,
+                        "minSize",
+                        "minSize 0 and no autoscaler: the pool only grows when someone raises "
+                        "its desired size; set cluster.autoscaler: true",
+                    )
+                )
+            continue
+        seen = _template_nodes(nodes)
+        if seen is None:
+            continue
+        for obj, pod in pods:
+            if _misfit(pod, nodes, state.cdi):
+                continue
+            why = _misfit(pod, seen)
+            if why:
+                found.append(
+                    Finding(
+                        "error",
+                        "scale_from_zero",
+                        _label(obj),
+                        "spec.template.spec",
+                        f"fits {nodes.name}, but its node-template tags say otherwise ({why}): "
+                        "with no node there the autoscaler never grows the pool for it",
+                    )
+                )
+    return found
+
+
 RULES = (
     references,
+    idle_reclaim,
+    no_idle_reclaim_in_prod,
+    scale_from_zero,
     scheduling,
     chart_pods,
     quotas,
@@ -1149,6 +1360,8 @@ def stack_state(
         nodes=stack_nodes(cfg, versions),
         new_cluster=True,
         created=frozenset({storage_class}),
+        autoscaler=cfg.cluster.autoscaler,
+        environment=cfg.environment,
     )
 
 
@@ -1188,6 +1401,7 @@ def site_state(
             versions=pins,
         ),
         cdi=cdi_enabled(renders),
+        environment=site.environment or "",
         label_hint="a GPU host's labels (gpu_node_registration_gpu_type, gpu_node_registration_labels)",
         play=tuple(play),
     )

@@ -47,6 +47,7 @@ FREE_MAPS: dict[str, frozenset[str]] = {
     ),
     "volcano": frozenset(),
     "kueue": frozenset(),
+    "keda": frozenset(),
 }
 
 

@@ -159,6 +159,8 @@ class Versions(Strict):
     triton: Triton
     cuda_sample: Component
     kube_prometheus_stack: Component
+    keda: Component
+    cluster_autoscaler: Component
 
     def entries(self) -> Iterator[tuple[str, Component]]:
         """Every pinned component with its dotted name, in file order."""
@@ -492,6 +494,16 @@ def check(v: Versions) -> list[RuleProblem]:
                     "eks_gpu_ami.version",
                     f"AMI release {v.eks_gpu_ami.version} is built for Kubernetes "
                     f"{'.'.join(map(str, ami_k8s))}, not the pinned {v.kubernetes.version}",
+                )
+        # The Cluster Autoscaler is released per Kubernetes minor and supports that minor only.
+        if "cluster_autoscaler" not in floating:
+            autoscaler = parse(v.cluster_autoscaler.version)[:2]
+            if autoscaler != k8s:
+                add(
+                    "cluster_autoscaler.version",
+                    f"Cluster Autoscaler {v.cluster_autoscaler.version} drives Kubernetes "
+                    f"{'.'.join(map(str, autoscaler))}, not the pinned {v.kubernetes.version}; "
+                    "pin the release of the same minor",
                 )
     return problems
 

@@ -92,6 +92,8 @@ def main(
             system_instance_type=cfg.cluster.system_instance_type,
             system_node_count=cfg.cluster.system_node_count,
             ami_release_version=ami_release,
+            autoscaler_region=cfg.region if cfg.cluster.autoscaler else None,
+            autoscaler_versions=pins,
         ),
     )
     pools: dict[str, GpuNodePool] = {}
@@ -111,6 +113,7 @@ def main(
                 tags=tags,
                 ami_type=ami.source.ami_type or "AL2023_x86_64_NVIDIA",
                 ami_release_version=ami_release,
+                autoscaler_cluster=name if cfg.cluster.autoscaler else None,
             ),
             opts=pulumi.ResourceOptions(depends_on=[cluster]),
         )

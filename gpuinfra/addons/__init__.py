@@ -16,9 +16,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gpuinfra import versions as versions_mod
-from gpuinfra.addons import gpu_operator, isolation, kueue, prometheus_stack, triton, volcano
+from gpuinfra.addons import gpu_operator, isolation, keda, kueue, prometheus_stack, triton, volcano
 from gpuinfra.addons.base import AddonRender, AddonSettings, Chart, Settings
 from gpuinfra.addons.gpu_operator import GpuOperatorSettings
+from gpuinfra.addons.keda import KedaSettings
 from gpuinfra.addons.kueue import KueueSettings
 from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
 from gpuinfra.addons.triton import TritonSettings
@@ -31,7 +32,15 @@ from gpuinfra.versions import Versions
 
 # Install order: the Prometheus stack first, because the others create ServiceMonitors and
 # PrometheusRules whose CRDs it installs; then the GPU Operator, the schedulers, and Triton.
-ADDONS: tuple[str, ...] = ("prometheus_stack", "gpu_operator", "volcano", "kueue", "triton")
+# KEDA last: its ScaledObjects target the GPU Deployments and read the Prometheus stack.
+ADDONS: tuple[str, ...] = (
+    "prometheus_stack",
+    "gpu_operator",
+    "volcano",
+    "kueue",
+    "triton",
+    "keda",
+)
 
 
 class AddonsSettings(Settings):
@@ -42,6 +51,7 @@ class AddonsSettings(Settings):
     volcano: VolcanoSettings = Field(default_factory=VolcanoSettings)
     kueue: KueueSettings = Field(default_factory=KueueSettings)
     triton: TritonSettings = Field(default_factory=TritonSettings)
+    keda: KedaSettings = Field(default_factory=KedaSettings)
 
 
 _Renderer = Callable[[Any, Versions], AddonRender]
@@ -51,6 +61,7 @@ _SPECS: dict[str, tuple[type[AddonSettings], _Renderer]] = {
     "volcano": (VolcanoSettings, volcano.render),
     "kueue": (KueueSettings, kueue.render),
     "triton": (TritonSettings, triton.render),
+    "keda": (KedaSettings, keda.render),
 }
 
 
@@ -223,6 +234,7 @@ __all__ = [
     "AddonsSettings",
     "Chart",
     "GpuOperatorSettings",
+    "KedaSettings",
     "KueueSettings",
     "PrometheusStackSettings",
     "TritonSettings",

@@ -25,6 +25,9 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
 POD_IDENTITY_AGENT = "169.254.170.23/32"
 # Label a team namespace carries to be admitted by a Kueue ClusterQueue (its value: the queue).
 QUEUE_LABEL = "gpuinfra.dev/kueue-cluster-queue"
+# Label of a namespace whose pods may query Prometheus (KEDA's triggers).
+READER_LABEL = "gpuinfra.dev/prometheus-reader"
+PROMETHEUS_PORT = 9090
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class Isolation:
     egress_any_pods: tuple[dict[str, str], ...] = ()
     # Why a namespace needs more than restricted.
     reason: str = ""
+    # Its pods query Prometheus: the namespace carries READER_LABEL.
+    reads_prometheus: bool = False
+    # Prometheus itself: admits queries from namespaces carrying READER_LABEL.
+    serves_queries: bool = False
 
 
 TABLE: dict[str, Isolation] = {
@@ -64,9 +71,18 @@ TABLE: dict[str, Isolation] = {
         # Alertmanager posts to its receivers.
         egress_ports=(443,),
         egress_any_pods=(_PROMETHEUS_PODS,),
+        serves_queries=True,
         reason="node-exporter reads the host's /proc and /sys on the host network",
     ),
     "triton": Isolation(level="restricted", client_ports=(8000, 8001), api_server=False),
+    # The API server calls KEDA's external metrics API (6443) and its admission webhook (9443);
+    # the operator asks Prometheus (its stack admits namespaces labelled as its readers).
+    "keda": Isolation(
+        level="restricted",
+        webhook_ports=(6443, 9443),
+        egress_ports=(PROMETHEUS_PORT,),
+        reads_prometheus=True,
+    ),
 }
 
 
@@ -223,6 +239,25 @@ def network_policies(namespace: str, fence: Isolation, s3: bool = False) -> list
                 },
             )
         )
+    if fence.serves_queries:
+        policies.append(
+            _policy(
+                namespace,
+                "allow-prometheus-readers",
+                {
+                    "podSelector": {"matchLabels": dict(_PROMETHEUS_PODS)},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [
+                                {"namespaceSelector": {"matchLabels": {READER_LABEL: "true"}}}
+                            ],
+                            "ports": _tcp((PROMETHEUS_PORT,)),
+                        }
+                    ],
+                },
+            )
+        )
     for labels in fence.egress_any_pods:
         policies.append(
             _policy(
@@ -242,6 +277,8 @@ def isolate(render: AddonRender, versions: Versions, s3: bool = False) -> AddonR
     """The render with its namespaces labelled and its own namespace fenced."""
     fence = TABLE[render.name]
     labels = {render.namespace: {**MANAGED_BY, **namespace_labels(fence.level, versions)}}
+    if fence.reads_prometheus:
+        labels[render.namespace][READER_LABEL] = "true"
     for obj in render.objects:
         ns = obj["metadata"].get("namespace")
         if ns and ns not in labels:

@@ -100,6 +100,14 @@ _ROLES: dict[str, _Role] = {
         ),
         ("gpuinfra_kubeconfig",),
     ),
+    "keda": _Role(
+        "Install KEDA and scale idle GPU Deployments to zero from the gpuinfra add-on spec",
+        (
+            "Applies the KEDA chart pinned in versions.yaml, then one ScaledObject per listed "
+            "Deployment, whose Prometheus trigger reads the GPU utilisation of its pods.",
+        ),
+        _HELM,
+    ),
 }
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", Path: "path"}

@@ -907,6 +907,23 @@ def _identity_documents(resource: Resource) -> list[Any]:
     return []
 
 
+# Read actions AWS authorises on no resource type (its Service Authorization Reference lists
+# none for them): "Resource": "*" is the only form they take. The Cluster Autoscaler reads these.
+UNSCOPED_READS = frozenset(
+    {
+        "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:DescribeAutoScalingInstances",
+        "autoscaling:DescribeLaunchConfigurations",
+        "autoscaling:DescribeScalingActivities",
+        "autoscaling:DescribeTags",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplateVersions",
+        "ec2:GetInstanceTypesFromInstanceRequirements",
+    }
+)
+
+
 def iam_no_wildcards(resource: Resource, limits: Limits) -> list[str]:
     """Identity policies name their actions and resources: no ``*`` in an allowed action, no
     ``"Resource": "*"``, no Allow with NotAction or NotResource.
@@ -914,7 +931,8 @@ def iam_no_wildcards(resource: Resource, limits: Limits) -> list[str]:
     checkov CKV_AWS_1 and CKV_AWS_62 (no ``*:*`` administrative policy), CKV_AWS_63 (no ``*``
     action), CKV_AWS_355 (no ``*`` resource); tfsec aws-iam-no-policy-wildcards. Stricter:
     ``s3:*`` or ``s3:Get*`` counts as a wildcard, and a ``*`` resource is refused for every
-    action (checkov only for the actions that take a resource).
+    action but the reads in ``UNSCOPED_READS``, which take no resource (checkov exempts every
+    action that takes none).
     """
     del limits
     found: list[str] = []
@@ -927,7 +945,9 @@ def iam_no_wildcards(resource: Resource, limits: Limits) -> list[str]:
                 found.append(f"{_where(resource)}: allows wildcard actions {', '.join(actions)}")
             if "NotAction" in statement or "NotResource" in statement:
                 found.append(f"{_where(resource)}: an Allow with NotAction or NotResource")
-            if "*" in [r.strip() for r in _listed(statement.get("Resource"))]:
+            listed = _listed(statement.get("Action"))
+            unscoped = bool(listed) and all(a in UNSCOPED_READS for a in listed)
+            if "*" in [r.strip() for r in _listed(statement.get("Resource"))] and not unscoped:
                 found.append(f"{_where(resource)}: allows on every resource ('Resource': '*')")
     return found
 
@@ -1237,6 +1257,17 @@ def pinned_versions(resource: Resource, limits: Limits) -> list[str]:
     return []
 
 
+SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
+
+
+def no_idle_reclaim_in_prod(resource: Resource, limits: Limits) -> list[str]:
+    """prod keeps its replicas: no KEDA ScaledObject scales a prod workload to zero for being
+    idle (idle reclaim is for dev and test). No checkov counterpart."""
+    if limits.environment != "prod" or resource.type_ != SCALED_OBJECT:
+        return []
+    return [f"{_where(resource)}: scales a prod workload to zero when idle; dev and test only"]
+
+
 # --- capacity: instance types, node cap, cost ----------------------------------------------------
 
 
@@ -1456,6 +1487,10 @@ RESOURCE_RULES: dict[str, tuple[str, ResourceRule]] = {
     ),
     "pinned-versions": ("Pinned GPU AMI and chart versions outside dev", pinned_versions),
     "required-cost-tags": ("team, project and cost-center tags", required_cost_tags),
+    "no-idle-reclaim-in-prod": (
+        "No scale-to-zero of idle workloads in prod",
+        no_idle_reclaim_in_prod,
+    ),
 }
 STACK_RULES: dict[str, tuple[str, StackRule]] = {
     "no-world-ingress": (

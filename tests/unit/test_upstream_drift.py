@@ -26,6 +26,7 @@ H200 = ROOT / "tests" / "fixtures" / "nvidia-h200"
 # Chart name -> its folder in the upstream copies.
 UPSTREAM_DIRS = {
     "gpu-operator": "gpu-operator",
+    "keda": "keda",
     "kube-prometheus-stack": "kube-prometheus-stack",
     "kueue": "kueue",
     "nvidia-device-plugin": "k8s-device-plugin",

@@ -139,6 +139,7 @@ def test_schedulers_against_kubernetes(k8s: str, ami: str, expected: list[str]) 
     def mutate(d: dict[str, Any]) -> None:
         d["kubernetes"]["version"] = k8s
         d["eks_gpu_ami"]["version"] = ami
+        d["cluster_autoscaler"]["version"] = f"v{k8s}.0"
 
     out = messages(broken(mutate))
     assert [m.split(", not")[0] for m in out] == expected

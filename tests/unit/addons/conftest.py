@@ -95,6 +95,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "routes": {"critical": ["oncall", "team-chat"], "warning": ["team-chat"]},
             },
         },
+        "keda": {
+            "enabled": True,
+            "idleReclaim": [
+                {"namespace": "dev", "deployment": "llm-sandbox"},
+                {"namespace": "test", "deployment": "triton-canary", "replicas": 2},
+            ],
+            "idleHours": 6,
+            "idleThresholdPercent": 5,
+        },
     },
     "time-slicing-single-mig": {
         "gpuOperator": {"migStrategy": "single", "timeSlicingReplicas": 2},

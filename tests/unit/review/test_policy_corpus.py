@@ -1049,6 +1049,16 @@ CASES = [
     Case(
         "untagged-bucket", "required-cost-tags", "untagged", protected_bucket("untagged", tags={})
     ),
+    Case(
+        "prod-idle-reclaim",
+        "no-idle-reclaim-in-prod",
+        "notebook-idle-reclaim",
+        add(
+            policy.SCALED_OBJECT,
+            "notebook-idle-reclaim",
+            {"metadata": {"name": "notebook-idle-reclaim", "namespace": "dev"}},
+        ),
+    ),
 ]
 
 
