@@ -276,6 +276,64 @@ def verify(
     say(f"{url}: every model of {source} serves the versions its policy declares")
 
 
+@triton_app.command("repository")
+def repository(
+    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option(help="An S3-compatible endpoint instead of AWS's")
+    ] = None,
+) -> None:
+    """Check an S3 model repository against every version policy some pod serves."""
+    from gpuinfra.addons import triton as spec
+
+    settings, _, source, _ = _source(stack, site)
+    repo = settings.model_repository
+    if repo is None or repo.s3 is None:
+        raise UsageError(
+            f"{source}: triton.modelRepository is not an S3 URI; a PVC repository is checked "
+            "by the Triton pod's init container when it starts"
+        )
+    bucket, _, prefix = repo.s3.removeprefix("s3://").partition("/")
+    keys = _s3_keys(bucket, prefix, repo.region, endpoint_url)
+    start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    problems = spec.repository_problems(
+        spec.served_models(settings), [k[len(start) :] for k in keys if k.startswith(start)]
+    )
+    if problems:
+        raise CheckFailed(problems)
+    models = spec.served_models(settings)
+    say(f"{repo.s3}: {len(keys)} objects; every version policy of {source} finds its versions")
+    for model in models:
+        say(f"  {model.name}: version_policy {model.version_policy.describe()}")
+
+
+def _s3_keys(bucket: str, prefix: str, region: str | None, endpoint_url: str | None) -> list[str]:
+    """Every key under the prefix, listed with bounded timeouts and two attempts."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.client(
+        "s3",
+        region_name=region,
+        endpoint_url=endpoint_url,
+        config=Config(connect_timeout=5, read_timeout=15, retries={"max_attempts": 2}),
+    )
+    keys: list[str] = []
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", [])]
+    except ClientError as failed:
+        error = failed.response.get("Error", {})
+        raise CheckFailed(
+            [f"s3://{bucket}/{prefix}: {error.get('Code', 'error')}: {error.get('Message', '')}"]
+        ) from None
+    except BotoCoreError as failed:
+        raise CheckFailed([f"s3://{bucket}/{prefix}: {failed}"]) from None
+    return keys
+
+
 def _record(path: Path, result: Result) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.document(), indent=2) + "\n", "utf-8")
