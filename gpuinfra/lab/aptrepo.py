@@ -14,6 +14,7 @@ would NVIDIA's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -286,13 +287,34 @@ def signing_key(home: Path) -> Path:
     expiry = _key_expiry(home)
     if expiry is None or expiry - time.time() < KEY_RENEW_DAYS * 86400:
         if home.exists():
+            # The old home's agent keeps its socket, whose path depends only on the home's:
+            # a key made in a new home at that path would otherwise reach a dying agent.
+            _stop_agent(home)
             shutil.rmtree(home)
         home.mkdir(parents=True, mode=0o700)
-        gpg = _gpg(home)
-        _run(
-            [*gpg, "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign", KEY_LIFETIME]
-        )
+        gen = [*_gpg(home), "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign"]
+        for attempt in range(3):
+            try:
+                _run([*gen, KEY_LIFETIME])
+                break
+            except ToolError:
+                # gpg starts its agent on demand and gives up when that is slow (a loaded
+                # machine): stop what it left and try again, twice.
+                if attempt == 2 or _key_expiry(home) is not None:
+                    raise
+                _stop_agent(home)
+                time.sleep(1)
     return home
+
+
+def _stop_agent(home: Path) -> None:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
 
 
 def fingerprint(key_file: Path) -> str:
