@@ -593,14 +593,17 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
             secure[name] = shown_key
         elif namespace == NAMESPACE:
             hint = did_you_mean(name, _STACK_KEYS)
-            problems.append(
-                Problem(
-                    file,
-                    shown_key,
-                    f"unknown key '{excerpt(name, 40)}'{hint}"
-                    + ("" if hint else f" (allowed: {allowed(_STACK_KEYS)})"),
+            if "-" in name and not hint:
+                # A Secret's value set without --secret: it would sit in the file as plain text.
+                message = (
+                    f"unknown key '{excerpt(name, 60)}' (a Secret's value is set with pulumi "
+                    f"config set --secret {NAMESPACE}:{excerpt(name, 60)})"
                 )
-            )
+            else:
+                message = f"unknown key '{excerpt(name, 40)}'{hint}" + (
+                    "" if hint else f" (allowed: {allowed(_STACK_KEYS)})"
+                )
+            problems.append(Problem(file, shown_key, message))
         elif namespace in ("aws", "kubernetes", "pulumi"):
             known = provider_keys(namespace)
             if name not in known:

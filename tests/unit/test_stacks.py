@@ -356,3 +356,20 @@ def test_secret_config_in_the_stack_file_is_accepted_only_where_a_secret_reads_i
     (line,) = refused.value.lines()
     assert "config.gpuinfra:alerting-pagerduty-routing: secret config" in line
     assert "read by no Secret" in line and "alerting-pagerduty-routing-key" in line
+
+
+def test_a_secret_config_value_set_in_plain_text_is_refused_naming_the_command(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(ROOT / "stacks", tmp_path / "stacks")
+    stack = tmp_path / "stacks" / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text() + "  gpuinfra:alerting-pagerduty-routing-key: R0UTE\n")
+    with pytest.raises(ConfigError) as refused:
+        load_stack("prod", tmp_path)
+    (line,) = refused.value.lines()
+    assert "unknown key 'alerting-pagerduty-routing-key'" in line
+    assert line.endswith(
+        "(a Secret's value is set with pulumi config set --secret "
+        "gpuinfra:alerting-pagerduty-routing-key)"
+    )
+    assert "R0UTE" not in line
