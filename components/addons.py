@@ -19,10 +19,24 @@ import pulumi_random as random
 
 from components.validation import raise_findings
 from gpuinfra.addons import AddonRender
-from gpuinfra.addons.base import MANAGED_BY, GeneratedSecret
+from gpuinfra.addons.base import MANAGED_BY, GeneratedSecret, secret_config_keys
 from gpuinfra.config import Finding
 
 GPU_OPERATOR = "gpu_operator"
+# The stack's own config namespace (``gpuinfra:<key>``).
+CONFIG_NAMESPACE = "gpuinfra"
+
+
+def missing_secret_config(renders: list[AddonRender]) -> str | None:
+    """One line naming the ``pulumi config set --secret`` commands still to run, or None."""
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    missing = [k for k in secret_config_keys(renders) if config.get_secret(k) is None]
+    if not missing:
+        return None
+    commands = "; ".join(
+        f"pulumi config set --secret {CONFIG_NAMESPACE}:{k} <value>" for k in missing
+    )
+    return f"the stack's Secrets read secret config that is not set: run {commands}"
 
 
 @dataclass
@@ -146,9 +160,14 @@ def _secret(
     opts: pulumi.ResourceOptions,
     parent: pulumi.Resource,
 ) -> k8s.core.v1.Secret:
-    """An Opaque Secret with its fixed keys and a generated password for each other key."""
+    """An Opaque Secret with its fixed keys, a generated password for each generated key and
+    the stack's secret config value for each key read from config."""
     addon = render.name.replace("_", "-")
     data: dict[str, pulumi.Input[str]] = dict(secret.fixed)
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    for key, config_key in sorted(secret.from_config.items()):
+        # A Pulumi secret from the first to the last step: never plain in state or a plan.
+        data[key] = config.require_secret(config_key)
     for key, length in sorted(secret.generated.items()):
         password = random.RandomPassword(
             f"{name}-{addon}-password-{secret.namespace}-{secret.name}-{key}",
@@ -189,12 +208,13 @@ def _findings(args: ClusterAddonsArgs) -> list[Finding]:
                     )
                 )
         for j, secret in enumerate(render.secrets):
-            both = sorted(secret.fixed.keys() & secret.generated.keys())
+            keys = [*secret.fixed, *secret.generated, *secret.from_config]
+            both = sorted({k for k in keys if keys.count(k) > 1})
             if both:
                 found.append(
                     (
                         ("renders", i, "secrets", j),
-                        f"Secret {secret.name}: keys both fixed and generated: {', '.join(both)}",
+                        f"Secret {secret.name}: keys given twice (fixed, generated or from config): {', '.join(both)}",
                     )
                 )
         if render.name != GPU_OPERATOR or not args.host_driver:

@@ -24,6 +24,7 @@ from pydantic import (
 
 from gpuinfra import catalog
 from gpuinfra.addons import AddonsSettings
+from gpuinfra.addons.prometheus_stack import alerting_secret_config_keys
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
 from gpuinfra.loading import (
     display_path,
@@ -570,6 +571,8 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
     raw: dict[str, Any] = document["config"]
     data: dict[str, Any] = {}
     problems: list[Problem] = []
+    # Keys set by ``pulumi config set --secret``: checked once the settings say which are read.
+    secure: dict[str, str] = {}
     for key, value in raw.items():
         namespace, _, name = str(key).partition(":")
         shown_key = f"config.{excerpt(str(key), 60)}"
@@ -586,16 +589,21 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
                     "file they police",
                 )
             )
+        elif namespace == NAMESPACE and _is_secure(value):
+            secure[name] = shown_key
         elif namespace == NAMESPACE:
             hint = did_you_mean(name, _STACK_KEYS)
-            problems.append(
-                Problem(
-                    file,
-                    shown_key,
-                    f"unknown key '{excerpt(name, 40)}'{hint}"
-                    + ("" if hint else f" (allowed: {allowed(_STACK_KEYS)})"),
+            if "-" in name and not hint:
+                # A Secret's value set without --secret: it would sit in the file as plain text.
+                message = (
+                    f"unknown key '{excerpt(name, 60)}' (a Secret's value is set with pulumi "
+                    f"config set --secret {NAMESPACE}:{excerpt(name, 60)})"
                 )
-            )
+            else:
+                message = f"unknown key '{excerpt(name, 40)}'{hint}" + (
+                    "" if hint else f" (allowed: {allowed(_STACK_KEYS)})"
+                )
+            problems.append(Problem(file, shown_key, message))
         elif namespace in ("aws", "kubernetes", "pulumi"):
             known = provider_keys(namespace)
             if name not in known:
@@ -626,6 +634,19 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
         cfg = validate(StackConfig, data, file, strict=True)
     except ConfigError as exc:
         raise ConfigError(_stack_paths(p, reverse) for p in exc.problems) from None
+    read = alerting_secret_config_keys(cfg.addons.prometheus_stack)
+    unread = [
+        Problem(
+            file,
+            shown,
+            f"secret config '{excerpt(name, 40)}' is read by no Secret"
+            f"{did_you_mean(name, read)} (allowed: {allowed(read) if read else 'none'})",
+        )
+        for name, shown in secure.items()
+        if name not in read
+    ]
+    if unread:
+        raise ConfigError(unread)
     if stack is not None and not _environment_matches(stack, cfg.environment):
         raise ConfigError(
             [
@@ -640,6 +661,13 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
             ]
         )
     return cfg
+
+
+def _is_secure(value: Any) -> bool:
+    """A value ``pulumi config set --secret`` wrote: ``{secure: <ciphertext>}``."""
+    return (
+        isinstance(value, dict) and list(value) == ["secure"] and isinstance(value["secure"], str)
+    )
 
 
 def _environments_for(stack: str) -> list[str]:

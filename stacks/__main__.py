@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pulumi
 
-from components.addons import ClusterAddons, ClusterAddonsArgs
+from components.addons import ClusterAddons, ClusterAddonsArgs, missing_secret_config
 from components.cluster import GpuCluster, GpuClusterArgs, ServiceAccountRef
 from components.network import GpuNetwork, GpuNetworkArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
@@ -144,6 +144,9 @@ def run(env: str) -> None:
     cfg, pins = load_stack(env), versions.pinned()
     renders = addons.render_all(cfg.addons, versions=pins)
     integrity.check_stack(cfg, display_path(stack_path(env)), renders=renders, versions=pins)
+    missing = missing_secret_config(renders)
+    if missing:
+        raise pulumi.RunError(f"{display_path(stack_path(env))}: {missing}")
     main(cfg, pins, renders)
 
 

@@ -226,7 +226,8 @@ class SeverityRoutes(Settings):
 class AlertingSettings(Settings):
     secret: Name | None = Field(
         default=None,
-        description="Existing Secret in the namespace holding every receiver credential.",
+        description="Secret in the namespace holding every receiver credential: a stack creates "
+        "it from its secret config (gpuinfra:<secret>-<key>); a site creates it before the run.",
     )
     receivers: list[Receiver] = Field(default_factory=list)
     routes: SeverityRoutes = Field(default_factory=SeverityRoutes)

@@ -8,7 +8,7 @@ label the node pools set per GPU type.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -91,7 +91,8 @@ class Chart:
 
 @dataclass(frozen=True)
 class GeneratedSecret:
-    """A Secret an add-on reads that the Pulumi path creates, with generated passwords.
+    """A Secret an add-on reads that the Pulumi path creates: generated passwords, or values
+    the stack holds as Pulumi secret configuration (``pulumi config set --secret``).
 
     Only the Pulumi path creates it (before the release that reads it); on the Ansible path
     the Secret is the site's to provide, and the role checks it exists before installing.
@@ -103,12 +104,25 @@ class GeneratedSecret:
     fixed: dict[str, str] = field(default_factory=dict)
     # Keys whose value is a generated password, by length (letters and digits only).
     generated: dict[str, int] = field(default_factory=dict)
+    # Keys whose value is a Pulumi secret config value of the stack, by config key (without
+    # the ``gpuinfra:`` namespace): credentials no generator can make (a pager's routing key).
+    from_config: dict[str, str] = field(default_factory=dict)
 
     def prerequisite(self, reader: str) -> Prerequisite:
         """The same Secret as the Ansible path sees it: the site's to create."""
-        return Prerequisite(
-            "Secret", self.namespace, self.name, (*self.fixed, *self.generated), reader
-        )
+        keys = (*self.fixed, *self.generated, *self.from_config)
+        return Prerequisite("Secret", self.namespace, self.name, keys, reader)
+
+
+def secret_config_key(secret: str, key: str) -> str:
+    """The stack's config key (in the ``gpuinfra:`` namespace) holding ``key`` of ``secret``."""
+    return f"{secret}-{key}"
+
+
+def secret_config_keys(renders: Iterable[AddonRender]) -> list[str]:
+    """Every ``gpuinfra:`` config key the Secrets of ``renders`` read, in order, once each."""
+    keys = [k for r in renders for s in r.secrets for k in s.from_config.values()]
+    return list(dict.fromkeys(keys))
 
 
 @dataclass(frozen=True)

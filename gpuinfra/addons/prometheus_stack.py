@@ -23,10 +23,10 @@ from gpuinfra.addons.base import (
     Chart,
     GeneratedSecret,
     Name,
-    Prerequisite,
     Quantity,
     enabled_field,
     metadata,
+    secret_config_key,
 )
 from gpuinfra.versions import Versions
 
@@ -195,19 +195,24 @@ def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender
         chart=Chart.of(versions.kube_prometheus_stack),
         values=values(settings, versions),
         objects=objects(settings),
-        secrets=[grafana_admin_secret(settings)],
-        prerequisites=[
-            Prerequisite(
-                "Secret",
-                settings.namespace,
-                settings.alerting.secret,
-                tuple(settings.alerting.secret_keys()),
-                "Alertmanager (its receivers' credentials)",
-            )
-        ]
-        if settings.alerting.secret
-        else [],
+        secrets=[grafana_admin_secret(settings), *alerting_secret(settings)],
     )
+
+
+def alerting_secret(settings: PrometheusStackSettings) -> list[GeneratedSecret]:
+    """The Secret the receivers' credentials come from, as the Pulumi path creates it: each key
+    from the stack's secret config; on the Ansible path it is the site's to create."""
+    name = settings.alerting.secret
+    if not name:
+        return []
+    keys = settings.alerting.secret_keys()
+    return [
+        GeneratedSecret(
+            name=name,
+            namespace=settings.namespace,
+            from_config={key: secret_config_key(name, key) for key in keys},
+        )
+    ]
 
 
 def grafana_admin_secret(settings: PrometheusStackSettings) -> GeneratedSecret:
@@ -218,3 +223,8 @@ def grafana_admin_secret(settings: PrometheusStackSettings) -> GeneratedSecret:
         fixed={settings.grafana_admin_user_key: GRAFANA_ADMIN_USER},
         generated={settings.grafana_admin_password_key: GRAFANA_PASSWORD_LENGTH},
     )
+
+
+def alerting_secret_config_keys(settings: PrometheusStackSettings) -> list[str]:
+    """The stack's secret config keys (``gpuinfra:<key>``) the alerting Secret reads."""
+    return [k for s in alerting_secret(settings) for k in s.from_config.values()]

@@ -21,12 +21,15 @@ from typing import Any
 
 import pulumi
 from pulumi.output import Unknown
+from pulumi.runtime import config as pulumi_config
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from gpuinfra import addons
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonRender
+from gpuinfra.addons.base import secret_config_keys
 from gpuinfra.config import StackConfig, check_stack, load_stack, stack_path
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path
@@ -36,6 +39,8 @@ PROJECT = "gpuinfra"
 MOCK_ACCOUNT = "123456789012"
 COMPUTED = "<computed>"
 SECRET = "[secret]"
+# What a Secret's key holds in an offline plan when its secret config value is not set.
+SECRET_STAND_IN = "stand-in-for-an-unset-secret-config-value"
 
 
 @dataclass(frozen=True)
@@ -181,7 +186,30 @@ def run_checked(
     """
     base = root or repo_root()
     program = _program(base / "stacks" / "__main__.py")
-    return run_program(lambda: program(config, pins, renders), stack=env, region=config.region)
+    if renders is None:
+        renders = addons.render_all(config.addons, versions=pins)
+    with _secret_config_stand_ins(renders):
+        return run_program(lambda: program(config, pins, renders), stack=env, region=config.region)
+
+
+@contextmanager
+def _secret_config_stand_ins(renders: list[AddonRender]) -> Iterator[None]:
+    """A stand-in for each secret config value the stack's Secrets read that is not set.
+
+    The offline plan needs no secret: values set by ``pulumi config set --secret`` are
+    encrypted in the stack file and only the Pulumi engine decrypts them. Either way the value
+    is a Pulumi secret and every plan shows it as "[secret]". A value already in the runtime's
+    config (``PULUMI_CONFIG``) is left as it is; ``pulumi up`` refuses a missing one.
+    """
+    before = dict(pulumi_config.CONFIG.get())
+    for key in secret_config_keys(renders):
+        full = f"{PROJECT}:{key}"
+        if pulumi_config.get_config(full) is None:
+            pulumi_config.set_config(full, SECRET_STAND_IN)
+    try:
+        yield
+    finally:
+        pulumi_config.set_all_config(before)
 
 
 def run_program(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi.runtime import config as pulumi_config
 
 from gpuinfra import addons, config, integrity
 from gpuinfra.addons.base import AddonRender
@@ -444,12 +445,34 @@ PAGER = {
 
 def test_a_stack_reading_a_secret_nothing_creates_is_an_error() -> None:
     # A stack's apply creates its cluster: a Secret the site would create cannot exist yet.
-    cfg = stack("prod", prometheusStack={"alerting": PAGER})
-    (error,) = only(findings(cfg), "references")
+    cfg = stack("prod", prometheusStack={"grafanaAdminSecret": "grafana-admin"})
+    renders = []
+    for render in addons.render_all(cfg.addons):
+        if render.name == "prometheus_stack":
+            render.values["grafana"]["admin"]["existingSecret"] = "made-by-hand"
+        renders.append(render)
+    (error,) = only(integrity.check(integrity.stack_state(cfg, renders)), "references")
     assert error.object == "kube-prometheus-stack values"
-    assert error.path == "alertmanager.alertmanagerSpec.secrets"
-    assert "reads Secret monitoring/alerting" in error.message
-    assert "this apply creates the cluster" in error.message
+    assert error.path == "grafana.admin.existingSecret"
+    assert "reads Secret monitoring/made-by-hand, which nothing in this apply creates" in (
+        error.message
+    )
+
+
+def test_the_alerting_secret_is_created_by_a_stacks_apply_and_a_prerequisite_of_a_site() -> None:
+    # What a release reads, the same apply creates: the stack makes the Secret from its secret
+    # config, so a stack that creates its cluster can route alerts from the first run.
+    cfg = stack("prod", prometheusStack={"alerting": PAGER})
+    assert only(findings(cfg), "references") == []
+    (render,) = [r for r in addons.render_all(cfg.addons) if r.name == "prometheus_stack"]
+    (made,) = [s for s in render.secrets if s.name == "alerting"]
+    assert made.from_config == {"pd-key": "alerting-pd-key"}
+    assert not render.prerequisites
+    (needed,) = [p for p in render.site_prerequisites() if p.name == "alerting"]
+    assert needed.keys == ("pd-key",)
+    assert "kubectl -n monitoring create secret generic alerting --from-literal=pd-key=" in (
+        needed.message
+    )
 
 
 def test_the_grafana_secret_is_created_by_a_stack_and_a_prerequisite_of_a_site() -> None:
@@ -522,14 +545,38 @@ def test_pulumi_up_refuses_what_the_plan_refuses_before_registering_anything(
     import runpy
 
     program = runpy.run_path(str(ROOT / "stacks" / "__main__.py"), run_name="gpuinfra_stack")
-    broken = stack("prod", prometheusStack={"alerting": PAGER})
+    broken = stack("prod", prometheusStack={"storageClass": "fast"})
     registered: list[str] = []
     monkeypatch.setitem(program["run"].__globals__, "load_stack", lambda env: broken)
     monkeypatch.setitem(program["run"].__globals__, "main", lambda *a: registered.append("main"))
     with pytest.raises(ConfigError) as refused:
         program["run"]("prod")
-    assert "reads Secret monitoring/alerting" in "\n".join(refused.value.lines())
+    assert "reads StorageClass fast" in "\n".join(refused.value.lines())
     assert registered == []
     monkeypatch.setitem(program["run"].__globals__, "load_stack", config.load_stack)
+    for key in ("alerting-pagerduty-routing-key", "alerting-slack-webhook-url"):
+        monkeypatch.setenv(pulumi_config.get_config_env_key(f"gpuinfra:{key}"), "set")
     program["run"]("prod")
     assert registered == ["main"]
+
+
+def test_pulumi_up_names_the_secret_config_to_set_before_registering_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import runpy
+
+    import pulumi
+
+    program = runpy.run_path(str(ROOT / "stacks" / "__main__.py"), run_name="gpuinfra_stack")
+    registered: list[str] = []
+    monkeypatch.setitem(program["run"].__globals__, "main", lambda *a: registered.append("main"))
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+    slack = pulumi_config.get_config_env_key("gpuinfra:alerting-slack-webhook-url")
+    monkeypatch.setenv(slack, "https://hooks.slack.invalid/T0/B0/x")
+    with pytest.raises(pulumi.RunError) as refused:
+        program["run"]("prod")
+    assert str(refused.value) == (
+        "stacks/Pulumi.prod.yaml: the stack's Secrets read secret config that is not set: run "
+        "pulumi config set --secret gpuinfra:alerting-pagerduty-routing-key <value>"
+    )
+    assert registered == []

@@ -300,3 +300,76 @@ def test_a_region_outside_the_catalog_is_named_once_at_the_region() -> None:
     (problem,) = caught.value.problems
     assert problem.path == "config.aws:region"
     assert problem.message.startswith("region 'sa-east-1' is not in the catalog (known: ")
+
+
+PROD_SECRET_CONFIG = ("alerting-pagerduty-routing-key", "alerting-slack-webhook-url")
+
+
+def test_prod_plans_its_alerting_secret_from_secret_config(runs: dict[str, StackRun]) -> None:
+    prod = runs["prod"]
+    (secret,) = [
+        r
+        for r in prod.of_type("kubernetes:core/v1:Secret")
+        if r.inputs["metadata"]["name"] == "alerting"
+    ]
+    assert secret.inputs["metadata"]["namespace"] == "monitoring"
+    assert secret.inputs["stringData"] == stackrun.SECRET
+    # Alertmanager mounts it; the release waits for it.
+    (release,) = [
+        r for r in prod.of_type("kubernetes:helm.sh/v3:Release") if "prometheus" in r.name
+    ]
+    assert secret.name in release.dependencies
+    values = release.inputs["values"]["alertmanager"]
+    assert values["alertmanagerSpec"]["secrets"] == ["alerting"]
+
+
+def test_the_offline_plan_stands_in_for_unset_secret_config_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pulumi
+
+    from gpuinfra import addons
+
+    renders = addons.render_all(load_stack("prod").addons, versions=versions.pinned())
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+    monkeypatch.setenv("PULUMI_CONFIG_GPUINFRA_ALERTING_SLACK_WEBHOOK_URL", "https://set.invalid/")
+    with stackrun._secret_config_stand_ins(renders):
+        config = pulumi.Config("gpuinfra")
+        assert config.get(PROD_SECRET_CONFIG[0]) == stackrun.SECRET_STAND_IN
+        assert config.get(PROD_SECRET_CONFIG[1]) == "https://set.invalid/"
+    # Nothing is left behind for the next run (or a real one in the same process).
+    assert pulumi.Config("gpuinfra").get(PROD_SECRET_CONFIG[0]) is None
+
+
+def test_secret_config_in_the_stack_file_is_accepted_only_where_a_secret_reads_it(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(ROOT / "stacks", tmp_path / "stacks")
+    stack = tmp_path / "stacks" / "Pulumi.prod.yaml"
+    text = stack.read_text()
+    set_ = "".join(f"  gpuinfra:{k}:\n    secure: v1:abc=\n" for k in PROD_SECRET_CONFIG)
+    stack.write_text(text + set_)
+    assert load_stack("prod", tmp_path).addons.prometheus_stack.alerting.secret == "alerting"
+    stack.write_text(text + "  gpuinfra:alerting-pagerduty-routing:\n    secure: v1:abc=\n")
+    with pytest.raises(ConfigError) as refused:
+        load_stack("prod", tmp_path)
+    (line,) = refused.value.lines()
+    assert "config.gpuinfra:alerting-pagerduty-routing: secret config" in line
+    assert "read by no Secret" in line and "alerting-pagerduty-routing-key" in line
+
+
+def test_a_secret_config_value_set_in_plain_text_is_refused_naming_the_command(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(ROOT / "stacks", tmp_path / "stacks")
+    stack = tmp_path / "stacks" / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text() + "  gpuinfra:alerting-pagerduty-routing-key: R0UTE\n")
+    with pytest.raises(ConfigError) as refused:
+        load_stack("prod", tmp_path)
+    (line,) = refused.value.lines()
+    assert "unknown key 'alerting-pagerduty-routing-key'" in line
+    assert line.endswith(
+        "(a Secret's value is set with pulumi config set --secret "
+        "gpuinfra:alerting-pagerduty-routing-key)"
+    )
+    assert "R0UTE" not in line

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra.addons import alerting, prometheus_stack
+from gpuinfra.addons import alerting, prometheus_stack, render_all
 from gpuinfra.addons.alerting import AlertingSettings
 from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
+from gpuinfra.config import load_stack
 from gpuinfra.errors import ConfigError
 from gpuinfra.loading import validate
 from gpuinfra.versions import pinned
@@ -32,6 +33,7 @@ SECRETS = {
     "pagerduty-routing-key": "R0UTINGKEY0123456789abcdef012345",
     "wecom-api-secret": "wecom-secret-value",
     "smtp-password": "smtp-secret",
+    "slack-webhook-url": "https://hooks.slack.invalid/services/T0/B0/x",
 }
 
 
@@ -115,6 +117,47 @@ def test_routes_test_catches_a_wrong_receiver(prod_config: Path) -> None:
         "--verify.receivers=team-chat", "severity=info",
     )  # fmt: skip
     assert result.returncode != 0
+
+
+@pytest.fixture(scope="module")
+def shipped_prod(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Alertmanager configuration the shipped prod stack renders, its Secret mounted."""
+    cfg = load_stack("prod")
+    (stack,) = [
+        r for r in render_all(cfg.addons, versions=pinned()) if r.name == "prometheus_stack"
+    ]
+    tmp = tmp_path_factory.mktemp("prod-alerting")
+    path = tmp / "alertmanager.yml"
+    config = stack.values["alertmanager"]["config"]
+    path.write_text(yaml.safe_dump(_for_this_alertmanager(config, _write_secrets(tmp / "s"))))
+    return path
+
+
+def test_amtool_accepts_the_prod_stacks_config(shipped_prod: Path) -> None:
+    result = _amtool("check-config", str(shipped_prod))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+    assert "pagerduty_configs" in shipped_prod.read_text() and "slack_configs" in (
+        shipped_prod.read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "receivers"),
+    [
+        (["severity=critical", "alertname=GpuXidFatal"], "oncall"),
+        (["severity=warning", "alertname=GpuTemperatureHigh"], "team-chat"),
+        (["severity=info", "alertname=GpuIdle"], "null"),
+    ],
+)
+def test_the_prod_stack_pages_on_critical_and_chats_on_warning(
+    shipped_prod: Path, labels: list[str], receivers: str
+) -> None:
+    result = _amtool(
+        "config", "routes", "test", f"--config.file={shipped_prod}",
+        f"--verify.receivers={receivers}", *labels,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def _live_settings(sink_url: str) -> PrometheusStackSettings:

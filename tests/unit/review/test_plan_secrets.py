@@ -6,11 +6,14 @@ The plants: credentials in URL userinfo (a chart repository in versions.yaml, a 
 package mirror), values under names that say password, token, secret or key (resource inputs
 the stack program registers, Helm values), a Kubernetes Secret's data, and Pulumi secrets (an
 ``Output.secret`` input and export; the Grafana password pulumi-random generates, which the
-mock runtime fills in as ``<name>-password``).
+mock runtime fills in as ``<name>-password``), and the prod stack's alerting credentials given
+as Pulumi secret config (encrypted in the stack file as ``pulumi config set --secret`` writes
+them, their plaintext in ``PULUMI_CONFIG`` as the engine would pass it to the program).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -31,6 +34,14 @@ PLANTED = {
     "pulumi-secret-input": "PlantedPulumiInput",
     "pulumi-secret-export": "PlantedPulumiExport",
     "random-password": "gpuinfra-prod-grafana-admin-password",
+    "secret-config-pager": "PlantedPagerRoutingKey",
+    "secret-config-slack": "https://hooks.slack.com/services/T0/B0/PlantedSlackHook",
+    "secret-config-ciphertext": "v1:PlantedCiphertext",
+}
+# The plaintext of the prod stack's secret config, as the Pulumi engine hands it to the program.
+SECRET_CONFIG = {
+    "gpuinfra:alerting-pagerduty-routing-key": PLANTED["secret-config-pager"],
+    "gpuinfra:alerting-slack-webhook-url": PLANTED["secret-config-slack"],
 }
 
 PROGRAM = f'''
@@ -85,6 +96,12 @@ def plant(root: Path) -> None:
             f"repository: https://deploy:{PLANTED['url-userinfo-chart']}@helm.ngc.nvidia.com/nvidia",
         )
     )
+    stack = root / "stacks" / "Pulumi.prod.yaml"
+    encrypted = "".join(
+        f"  {key}:\n    secure: {PLANTED['secret-config-ciphertext']}{i}\n"
+        for i, key in enumerate(SECRET_CONFIG)
+    )
+    stack.write_text(stack.read_text() + encrypted)
     program = root / "stacks" / "__main__.py"
     head, sep, tail = program.read_text().partition('\nif __name__ == "__main__":')
     program.write_text(head + PROGRAM + sep + tail)
@@ -122,10 +139,12 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[s
     commands["config check --site"] = ["config", "check", *site]
     commands["addons render --stack prod"] = ["addons", "render", "--stack", "prod"]
     commands["cost --stack prod"] = ["cost", "--stack", "prod"]
-    for label, args in commands.items():
-        result = run_cli(*args, root=repo, cwd=repo)
-        assert result.code in (0, 1), f"{label}: {result.stderr}"
-        found[label] = result.stdout + result.stderr
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PULUMI_CONFIG", json.dumps(SECRET_CONFIG))
+        for label, args in commands.items():
+            result = run_cli(*args, root=repo, cwd=repo)
+            assert result.code in (0, 1), f"{label}: {result.stderr}"
+            found[label] = result.stdout + result.stderr
     return found
 
 
@@ -208,6 +227,13 @@ def test_the_plants_reach_the_plans_as_redacted(outputs: dict[str, str]) -> None
     """The planted values are there to be hidden: the plans show where they were."""
     plan = outputs["plan --stack prod --format json"]
     assert '"planted": "[secret]"' in plan
+    # The alerting Secret is planned, made from the secret config, its data a Pulumi secret.
+    resources = json.loads(plan)["resources"]
+    (alerting,) = [
+        r for r in resources if r["properties"].get("metadata", {}).get("name") == "alerting"
+    ]
+    assert alerting["type"] == "kubernetes:core/v1:Secret"
+    assert alerting["properties"]["stringData"] == "[secret]"
     assert '"db_password": "<redacted>"' in plan
     assert "https://<redacted>@helm.ngc.nvidia.com/nvidia" in plan
     assert "https://<redacted>@mirror.example.internal/" in plan
