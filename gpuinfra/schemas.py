@@ -53,7 +53,8 @@ FREE_MAPS: dict[str, frozenset[str]] = {
     "loki": frozenset(
         {"loki.schemaConfig", "loki.compactor", "loki.limits_config", "loki.podSecurityContext"}
     ),
-    "alloy": frozenset(),
+    # A container's SecurityContext and a pod's Affinity: Kubernetes' schemas.
+    "alloy": frozenset({"alloy.securityContext", "controller.affinity"}),
 }
 
 
