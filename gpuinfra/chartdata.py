@@ -452,7 +452,9 @@ def chart_files(source: ChartSource) -> dict[str, str]:
     }
     if source.values_schema is not None:
         schema = without_descriptions(source.values_schema)
-        files[f"{folder}/{VALUES_SCHEMA_FILE}"] = json.dumps(schema, sort_keys=True, indent=1) + "\n"
+        files[f"{folder}/{VALUES_SCHEMA_FILE}"] = (
+            json.dumps(schema, sort_keys=True, indent=1) + "\n"
+        )
     return files
 
 

@@ -199,9 +199,10 @@ def test_alloy_without_loki_is_an_error() -> None:
 
 def test_a_site_pointing_alloy_elsewhere_fails_config_check(tmp_path: Path) -> None:
     site = site_copy(tmp_path, {})
-    logs = site / "group_vars" / "all" / "logs.yml"
+    (site / "group_vars" / "all" / "loki.yml").write_text("loki_enabled: true\n")
+    logs = site / "group_vars" / "all" / "alloy.yml"
     logs.write_text(
-        "loki_enabled: true\nalloy_enabled: true\n"
+        "alloy_enabled: true\n"
         "alloy_loki_push_address: http://loki.logging.svc:3100/loki/api/v1/push\n"
     )
     (error,) = only(site_findings(site), "logs")
@@ -209,7 +210,7 @@ def test_a_site_pointing_alloy_elsewhere_fails_config_check(tmp_path: Path) -> N
     result = run_cli("config", "check", "--site", str(site))
     assert result.code == 2
     assert "http://loki.loki.svc:3100/loki/api/v1/push" in result.stderr
-    logs.write_text("loki_enabled: true\nalloy_enabled: true\n")
+    logs.write_text("alloy_enabled: true\n")
     assert only(site_findings(site), "logs") == []
 
 
