@@ -32,7 +32,7 @@ from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, SMOKE_TEST, GpuOperatorSettings
 from gpuinfra.addons.keda import prometheus_address
-from gpuinfra.addons.logs import loki_push_address
+from gpuinfra.addons.logs import loki_push_address, loki_query_address
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml
@@ -1253,11 +1253,55 @@ NO_IDLE_RECLAIM_IN_PROD = "no-idle-reclaim-in-prod"
 
 
 def logs(state: State) -> list[Finding]:
-    """Alloy pushes to the endpoint the Loki add-on creates, and that add-on is enabled."""
+    """Alloy pushes to the endpoint the Loki add-on creates, and Grafana's Loki data source is
+    that add-on's; both need it enabled."""
+    loki = next((r for r in state.renders if r.name == "loki"), None)
+    found = _grafana_loki(state, loki)
     alloy = next((r for r in state.renders if r.name == "alloy"), None)
     if alloy is None:
-        return []
-    loki = next((r for r in state.renders if r.name == "loki"), None)
+        return found
+    return found + _alloy_loki(alloy, loki)
+
+
+def _grafana_loki(state: State, loki: AddonRender | None) -> list[Finding]:
+    prometheus = next((r for r in state.renders if r.name == "prometheus_stack"), None)
+    sources = (
+        prometheus.values.get("grafana", {}).get("additionalDataSources", []) if prometheus else []
+    )
+    found: list[Finding] = []
+    for i, source in enumerate(sources):
+        if source.get("type") != "loki":
+            continue
+        url = source.get("url", "")
+        label = f"prometheus_stack/{prometheus.release if prometheus else ''}"
+        path = f"grafana.additionalDataSources[{i}].url"
+        if loki is None:
+            found.append(
+                Finding(
+                    "warning",
+                    "logs",
+                    label,
+                    path,
+                    f"Grafana's Loki data source is {url}, but the Loki add-on is not enabled: "
+                    "it must be a Loki you run",
+                )
+            )
+        elif url != loki_query_address(loki.namespace):
+            found.append(
+                Finding(
+                    "error",
+                    "logs",
+                    label,
+                    path,
+                    f"Grafana's Loki data source is {url}, but the Loki add-on serves "
+                    f"{loki_query_address(loki.namespace)}; set prometheusStack lokiDatasourceUrl "
+                    "to it",
+                )
+            )
+    return found
+
+
+def _alloy_loki(alloy: AddonRender, loki: AddonRender | None) -> list[Finding]:
     address = _alloy_push_address(alloy)
     label = f"alloy/{alloy.release}"
     path = "alloy.lokiPushAddress"

@@ -228,3 +228,38 @@ def test_a_bad_setting_in_a_stack_file_fails_config_check_in_one_line(tmp_path: 
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: stacks/Pulumi.dev.yaml") and "retentionDays" in lines[0]
+
+
+# --- Grafana ------------------------------------------------------------------------------------
+
+
+def test_grafana_shows_the_loki_add_on_and_may_reach_it() -> None:
+    from gpuinfra.addons.logs import loki_query_address
+
+    url = loki_query_address("loki")
+    render = addons.render("prometheus_stack", {"lokiDatasourceUrl": url})
+    (source,) = render.values["grafana"]["additionalDataSources"]
+    assert (source["type"], source["url"]) == ("loki", "http://loki.loki.svc:3100")
+    (policy,) = [o for o in render.objects if o["metadata"]["name"] == "allow-grafana-to-loki"]
+    assert policy["spec"]["egress"] == [{"ports": [{"protocol": "TCP", "port": 3100}]}]
+    assert schemas.core_problems(policy, pinned().kubernetes.version) == []
+    # Unset: no data source and no opening.
+    plain = addons.render("prometheus_stack")
+    assert "additionalDataSources" not in plain.values["grafana"]
+    assert not [o for o in plain.objects if o["metadata"]["name"] == "allow-grafana-to-loki"]
+
+
+def test_a_grafana_data_source_that_is_not_the_loki_add_on_is_an_error() -> None:
+    from gpuinfra.addons.logs import loki_query_address
+
+    ok = stack("dev", loki=ON, prometheusStack={"lokiDatasourceUrl": loki_query_address("loki")})
+    assert only(findings(ok), "logs") == []
+    wrong = stack(
+        "dev",
+        loki={**ON, "namespace": "logging"},
+        alloy={**ON, "lokiPushAddress": loki_push_address("logging")},
+        prometheusStack={"lokiDatasourceUrl": loki_query_address("loki")},
+    )
+    (error,) = only(findings(wrong), "logs")
+    assert error.path == "grafana.additionalDataSources[0].url"
+    assert loki_query_address("logging") in error.message
