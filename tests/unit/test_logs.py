@@ -263,3 +263,21 @@ def test_a_grafana_data_source_that_is_not_the_loki_add_on_is_an_error() -> None
     (error,) = only(findings(wrong), "logs")
     assert error.path == "grafana.additionalDataSources[0].url"
     assert loki_query_address("logging") in error.message
+
+
+def test_a_site_renders_both_log_add_ons_for_its_roles(tmp_path: Path) -> None:
+    site = site_copy(tmp_path, {})
+    (site / "group_vars" / "all" / "loki.yml").write_text(
+        "loki_enabled: true\nloki_retention_days: 7\n"
+    )
+    (site / "group_vars" / "all" / "alloy.yml").write_text("alloy_enabled: true\n")
+    out = tmp_path / "out"
+    result = run_cli("addons", "render", "--site", str(site), "--out", str(out))
+    assert result.code == 0, result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert "loki" in names and "alloy" in names
+    (site / "group_vars" / "all" / "loki.yml").write_text("loki_retention_days: zero\n")
+    bad = run_cli("addons", "render", "--site", str(site))
+    assert bad.code == 2
+    (line,) = [x for x in bad.stderr.splitlines() if x.strip()]
+    assert "loki_retention_days" in line and "loki.yml" in line
