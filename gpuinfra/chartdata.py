@@ -37,6 +37,9 @@ from gpuinfra.versions import RuleProblem, Versions, pin_problem
 DATA = Path(__file__).resolve().parent / "data"
 VALUES_FILE = "values.json"
 CRDS_FILE = "crds.json"
+# The chart's own JSON schema of its values, where it ships one (Helm validates the merged values
+# against it); kept as the chart gives it, sorted, descriptions removed.
+VALUES_SCHEMA_FILE = "values.schema.json"
 COUNTERS_FILE = "counters.json"
 
 # The DCGM exporter's counter lists that the GPU Operator's exporter reads (etc/ upstream).
@@ -142,6 +145,15 @@ def load_crds(chart: str, version: str, data: Path = DATA) -> CrdMap:
     return crds
 
 
+def load_values_schema(chart: str, version: str, data: Path = DATA) -> dict[str, Any] | None:
+    """The chart's JSON schema of its values, or None when the chart ships none."""
+    path = chart_dir(chart, version, data) / VALUES_SCHEMA_FILE
+    if not path.is_file():
+        return None
+    schema: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return schema
+
+
 def load_api_crds(api: str, version: str, data: Path = DATA) -> CrdMap:
     """The CRD schemas of an API the project's objects use and the cluster provides."""
     hint = f"run `gpuinfra schemas api {api} {version} CRD.yaml...`"
@@ -213,6 +225,8 @@ class ChartSource:
     values: dict[str, Any]
     # (where it was found, the CustomResourceDefinition document)
     crds: tuple[tuple[str, dict[str, Any]], ...]
+    # The chart's values.schema.json, if it has one.
+    values_schema: dict[str, Any] | None = None
 
 
 def read_chart(path: Path, version: str | None = None) -> ChartSource:
@@ -265,7 +279,15 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
             for doc in documents
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
         ]
-    return ChartSource(name=name, version=chosen, values=values, crds=tuple(crds))
+    values_schema = None
+    if "values.schema.json" in files:
+        try:
+            values_schema = json.loads(files["values.schema.json"].decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: values.schema.json: not valid JSON ({exc})") from None
+    return ChartSource(
+        name=name, version=chosen, values=values, crds=tuple(crds), values_schema=values_schema
+    )
 
 
 def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -424,10 +446,16 @@ def crds_text(crds: CrdMap) -> str:
 def chart_files(source: ChartSource) -> dict[str, str]:
     """The data files of one chart version, by path relative to the data directory."""
     folder = f"charts/{source.name}/{_version_dir(source.version)}"
-    return {
+    files = {
         f"{folder}/{VALUES_FILE}": values_text(source.values),
         f"{folder}/{CRDS_FILE}": crds_text(crd_schemas(source.crds)),
     }
+    if source.values_schema is not None:
+        schema = without_descriptions(source.values_schema)
+        files[f"{folder}/{VALUES_SCHEMA_FILE}"] = (
+            json.dumps(schema, sort_keys=True, indent=1) + "\n"
+        )
+    return files
 
 
 def counter_lists(files: Mapping[str, str]) -> dict[str, dict[str, str]]:

@@ -20,6 +20,7 @@ plain data, so the same functions serve a site's host groups.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, SMOKE_TEST, GpuOperatorSettings
 from gpuinfra.addons.keda import prometheus_address
+from gpuinfra.addons.logs import loki_push_address, loki_query_address
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml
@@ -1250,6 +1252,92 @@ def idle_reclaim(state: State) -> list[Finding]:
 NO_IDLE_RECLAIM_IN_PROD = "no-idle-reclaim-in-prod"
 
 
+def logs(state: State) -> list[Finding]:
+    """Alloy pushes to the endpoint the Loki add-on creates, and Grafana's Loki data source is
+    that add-on's; both need it enabled."""
+    loki = next((r for r in state.renders if r.name == "loki"), None)
+    found = _grafana_loki(state, loki)
+    alloy = next((r for r in state.renders if r.name == "alloy"), None)
+    if alloy is None:
+        return found
+    return found + _alloy_loki(alloy, loki)
+
+
+def _grafana_loki(state: State, loki: AddonRender | None) -> list[Finding]:
+    prometheus = next((r for r in state.renders if r.name == "prometheus_stack"), None)
+    sources = (
+        prometheus.values.get("grafana", {}).get("additionalDataSources", []) if prometheus else []
+    )
+    found: list[Finding] = []
+    for i, source in enumerate(sources):
+        if source.get("type") != "loki":
+            continue
+        url = source.get("url", "")
+        label = f"prometheus_stack/{prometheus.release if prometheus else ''}"
+        path = f"grafana.additionalDataSources[{i}].url"
+        if loki is None:
+            found.append(
+                Finding(
+                    "warning",
+                    "logs",
+                    label,
+                    path,
+                    f"Grafana's Loki data source is {url}, but the Loki add-on is not enabled: "
+                    "it must be a Loki you run",
+                )
+            )
+        elif url != loki_query_address(loki.namespace):
+            found.append(
+                Finding(
+                    "error",
+                    "logs",
+                    label,
+                    path,
+                    f"Grafana's Loki data source is {url}, but the Loki add-on serves "
+                    f"{loki_query_address(loki.namespace)}; set prometheusStack lokiDatasourceUrl "
+                    "to it",
+                )
+            )
+    return found
+
+
+def _alloy_loki(alloy: AddonRender, loki: AddonRender | None) -> list[Finding]:
+    address = _alloy_push_address(alloy)
+    label = f"alloy/{alloy.release}"
+    path = "alloy.lokiPushAddress"
+    if loki is None:
+        return [
+            Finding(
+                "error",
+                "logs",
+                label,
+                path,
+                f"pushes to {address}, but the Loki add-on is not enabled: every log line is "
+                "dropped; enable loki, or point Alloy at a Loki you run",
+            )
+        ]
+    expected = loki_push_address(loki.namespace)
+    if address != expected:
+        return [
+            Finding(
+                "error",
+                "logs",
+                label,
+                path,
+                f"pushes to {address}, but the Loki add-on accepts logs at {expected}; set "
+                "alloy lokiPushAddress to it",
+            )
+        ]
+    return []
+
+
+def _alloy_push_address(render: AddonRender) -> str:
+    """The URL of the loki.write endpoint in Alloy's rendered configuration."""
+    content = str(render.values.get("alloy", {}).get("configMap", {}).get("content", ""))
+    match = re.search(r'loki\.write "[^"]+" \{\s*endpoint \{\s*url\s*=\s*"([^"]*)"', content)
+    return match.group(1) if match else ""
+
+
 def no_idle_reclaim_in_prod(state: State) -> list[Finding]:
     """prod keeps its replicas: nothing there is scaled to zero for being idle."""
     if state.environment != "prod":
@@ -1333,6 +1421,7 @@ RULES = (
     references,
     idle_reclaim,
     no_idle_reclaim_in_prod,
+    logs,
     scale_from_zero,
     scheduling,
     chart_pods,

@@ -48,6 +48,13 @@ FREE_MAPS: dict[str, frozenset[str]] = {
     "volcano": frozenset(),
     "kueue": frozenset(),
     "keda": frozenset(),
+    # Loki's configuration blocks (the chart leaves some empty): Loki's own schema, not the
+    # chart's; and a PodSecurityContext, Kubernetes' schema.
+    "loki": frozenset(
+        {"loki.schemaConfig", "loki.compactor", "loki.limits_config", "loki.podSecurityContext"}
+    ),
+    # A container's SecurityContext and a pod's Affinity: Kubernetes' schemas.
+    "alloy": frozenset({"alloy.securityContext", "controller.affinity"}),
 }
 
 
@@ -93,6 +100,29 @@ def values_problems(
 
     walk(values, chart_values, "")
     return problems
+
+
+def values_schema_problems(
+    values: Mapping[str, Any], chart_values: Mapping[str, Any], schema: Mapping[str, Any]
+) -> list[str]:
+    """The chart's defaults with ``values`` over them, as Helm merges them, against the chart's
+    values.schema.json (Helm refuses to install a release whose values fail it)."""
+    merged = _coalesced(chart_values, values)
+    validator = jsonschema.Draft7Validator(dict(schema))
+    return [
+        f"{_path(error.absolute_path)}: {error.message}"
+        for error in sorted(validator.iter_errors(merged), key=lambda e: list(e.path))
+    ]
+
+
+def _coalesced(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _coalesced(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _kind(upstream: Any) -> str:

@@ -160,6 +160,8 @@ class Versions(Strict):
     cuda_sample: Component
     kube_prometheus_stack: Component
     keda: Component
+    loki: Component
+    alloy: Component
     cluster_autoscaler: Component
 
     def entries(self) -> Iterator[tuple[str, Component]]:

@@ -16,11 +16,21 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gpuinfra import versions as versions_mod
-from gpuinfra.addons import gpu_operator, isolation, keda, kueue, prometheus_stack, triton, volcano
+from gpuinfra.addons import (
+    gpu_operator,
+    isolation,
+    keda,
+    kueue,
+    logs,
+    prometheus_stack,
+    triton,
+    volcano,
+)
 from gpuinfra.addons.base import AddonRender, AddonSettings, Chart, Settings
 from gpuinfra.addons.gpu_operator import GpuOperatorSettings
 from gpuinfra.addons.keda import KedaSettings
 from gpuinfra.addons.kueue import KueueSettings
+from gpuinfra.addons.logs import AlloySettings, LokiSettings
 from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
 from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.addons.volcano import VolcanoSettings
@@ -32,7 +42,8 @@ from gpuinfra.versions import Versions
 
 # Install order: the Prometheus stack first, because the others create ServiceMonitors and
 # PrometheusRules whose CRDs it installs; then the GPU Operator, the schedulers, and Triton.
-# KEDA last: its ScaledObjects target the GPU Deployments and read the Prometheus stack.
+# KEDA next: its ScaledObjects target the GPU Deployments and read the Prometheus stack.
+# Then the logs: Loki before Alloy, which pushes to it.
 ADDONS: tuple[str, ...] = (
     "prometheus_stack",
     "gpu_operator",
@@ -40,6 +51,8 @@ ADDONS: tuple[str, ...] = (
     "kueue",
     "triton",
     "keda",
+    "loki",
+    "alloy",
 )
 
 
@@ -52,6 +65,8 @@ class AddonsSettings(Settings):
     kueue: KueueSettings = Field(default_factory=KueueSettings)
     triton: TritonSettings = Field(default_factory=TritonSettings)
     keda: KedaSettings = Field(default_factory=KedaSettings)
+    loki: LokiSettings = Field(default_factory=LokiSettings)
+    alloy: AlloySettings = Field(default_factory=AlloySettings)
 
 
 _Renderer = Callable[[Any, Versions], AddonRender]
@@ -62,6 +77,8 @@ _SPECS: dict[str, tuple[type[AddonSettings], _Renderer]] = {
     "kueue": (KueueSettings, kueue.render),
     "triton": (TritonSettings, triton.render),
     "keda": (KedaSettings, keda.render),
+    "loki": (LokiSettings, logs.render_loki),
+    "alloy": (AlloySettings, logs.render_alloy),
 }
 
 
@@ -232,10 +249,12 @@ __all__ = [
     "ADDONS",
     "AddonRender",
     "AddonsSettings",
+    "AlloySettings",
     "Chart",
     "GpuOperatorSettings",
     "KedaSettings",
     "KueueSettings",
+    "LokiSettings",
     "PrometheusStackSettings",
     "TritonSettings",
     "VolcanoSettings",

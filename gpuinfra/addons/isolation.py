@@ -83,6 +83,15 @@ TABLE: dict[str, Isolation] = {
         egress_ports=(PROMETHEUS_PORT,),
         reads_prometheus=True,
     ),
+    # Any pod may push to or query Loki's HTTP port: Alloy on every GPU node, Grafana.
+    "loki": Isolation(level="restricted", client_ports=(3100,), api_server=False),
+    # Alloy watches the API server for its node's pods and pushes to Loki.
+    "alloy": Isolation(
+        level="privileged",
+        egress_ports=(3100,),
+        reason="Alloy reads the node's /var/log (pod logs, journal) through hostPath volumes, "
+        "which only the privileged level admits, as root to read the root-owned files",
+    ),
 }
 
 

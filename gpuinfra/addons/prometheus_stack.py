@@ -7,6 +7,7 @@ other specs put that same label on what they create, so GPU metrics reach Grafan
 from __future__ import annotations
 
 import json
+import urllib.parse
 from importlib import resources
 from typing import Any
 
@@ -70,6 +71,12 @@ class PrometheusStackSettings(AddonSettings):
     grafana_admin_password_key: str = Field(
         default="admin-password", description="Key of the admin password in that Secret."
     )
+    loki_datasource_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(:\d+)?(/\S*)?$",
+        description="URL of a Loki Grafana shows as a data source (the Loki add-on's: "
+        "http://loki.<its namespace>.svc:3100); Grafana may then reach that port.",
+    )
     require_cost_labels: bool = Field(
         default=True,
         description="Refuse pods that request GPUs without the team and project labels (a "
@@ -130,8 +137,47 @@ def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, A
                     "searchNamespace": "ALL",
                 }
             },
+            **(
+                {"additionalDataSources": loki_datasources(settings)}
+                if settings.loki_datasource_url
+                else {}
+            ),
         },
     }
+
+
+def loki_datasources(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
+    """Grafana's Loki data source, when one is set."""
+    if not settings.loki_datasource_url:
+        return []
+    return [
+        {
+            "name": "Loki",
+            "type": "loki",
+            "uid": "loki",
+            "access": "proxy",
+            "url": settings.loki_datasource_url,
+        }
+    ]
+
+
+def grafana_to_loki(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
+    """Grafana's egress to Loki's HTTP port (the namespace denies egress by default)."""
+    if not settings.loki_datasource_url:
+        return []
+    port = urllib.parse.urlsplit(settings.loki_datasource_url).port or 80
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": metadata("allow-grafana-to-loki", settings.namespace),
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "grafana"}},
+                "policyTypes": ["Egress"],
+                "egress": [{"ports": [{"protocol": "TCP", "port": port}]}],
+            },
+        }
+    ]
 
 
 def alert_rules() -> dict[str, Any]:
@@ -194,7 +240,7 @@ def render(settings: PrometheusStackSettings, versions: Versions) -> AddonRender
         namespace=settings.namespace,
         chart=Chart.of(versions.kube_prometheus_stack),
         values=values(settings, versions),
-        objects=objects(settings),
+        objects=[*objects(settings), *grafana_to_loki(settings)],
         secrets=[grafana_admin_secret(settings), *alerting_secret(settings)],
     )
 

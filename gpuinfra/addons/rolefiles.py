@@ -108,6 +108,22 @@ _ROLES: dict[str, _Role] = {
         ),
         _HELM,
     ),
+    "loki": _Role(
+        "Install Loki to store the GPU nodes' and Triton's logs from the gpuinfra add-on spec",
+        (
+            "Applies the Loki chart pinned in versions.yaml as one process (SingleBinary) with "
+            "its chunks and index on a PersistentVolume, and a retention period.",
+        ),
+        _HELM,
+    ),
+    "alloy": _Role(
+        "Install Alloy on the GPU nodes to ship their logs to Loki from the gpuinfra add-on spec",
+        (
+            "Applies the Alloy chart pinned in versions.yaml as a DaemonSet on the GPU nodes: "
+            "their pod logs and the NVIDIA driver's kernel lines go to Loki's push endpoint.",
+        ),
+        _HELM,
+    ),
 }
 
 _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", Path: "path"}

@@ -27,7 +27,7 @@ description:
   - Runs on the controller; the gpuinfra package must be importable by the Python running Ansible.
 options:
   _terms:
-    description: Add-on names (gpu_operator, volcano, kueue, triton, prometheus_stack, keda).
+    description: Add-on names (gpu_operator, volcano, kueue, triton, prometheus_stack, keda, loki, alloy).
     required: true
     type: list
     elements: str

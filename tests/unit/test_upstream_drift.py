@@ -25,10 +25,12 @@ H200 = ROOT / "tests" / "fixtures" / "nvidia-h200"
 
 # Chart name -> its folder in the upstream copies.
 UPSTREAM_DIRS = {
+    "alloy": "alloy",
     "gpu-operator": "gpu-operator",
     "keda": "keda",
     "kube-prometheus-stack": "kube-prometheus-stack",
     "kueue": "kueue",
+    "loki": "loki",
     "nvidia-device-plugin": "k8s-device-plugin",
     "volcano": "volcano",
 }

@@ -104,6 +104,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "idleHours": 6,
             "idleThresholdPercent": 5,
         },
+        "loki": {"enabled": True, "retentionDays": 14, "storageClass": "gp3"},
+        "alloy": {"enabled": True},
     },
     "time-slicing-single-mig": {
         "gpuOperator": {"migStrategy": "single", "timeSlicingReplicas": 2},

@@ -33,7 +33,10 @@ def test_every_namespace_carries_its_pod_security_level(scenario: str) -> None:
             level = labels[PSA]
             if level == "privileged":
                 # Only where host access is the point; baseline still warns and audits there.
-                assert render.name in ("gpu_operator", "prometheus_stack"), (render.name, ns)
+                assert render.name in ("gpu_operator", "prometheus_stack", "alloy"), (
+                    render.name,
+                    ns,
+                )
                 assert labels["pod-security.kubernetes.io/warn"] == "baseline"
             else:
                 assert level in ("baseline", "restricted")

@@ -126,7 +126,16 @@ def test_volcano_queues_carry_weight_capability_and_reclaimable() -> None:
 
 def test_render_all_is_in_install_order_and_skips_disabled() -> None:
     names = [r.name for r in scenario_renders("everything")]
-    assert names == ["prometheus_stack", "gpu_operator", "volcano", "kueue", "triton", "keda"]
+    assert names == [
+        "prometheus_stack",
+        "gpu_operator",
+        "volcano",
+        "kueue",
+        "triton",
+        "keda",
+        "loki",
+        "alloy",
+    ]
     assert [r.name for r in scenario_renders("defaults")] == [
         "prometheus_stack",
         "gpu_operator",

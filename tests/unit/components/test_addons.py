@@ -208,3 +208,20 @@ def test_serving_groups_are_applied_as_the_render_has_them(run) -> None:
     ]
     weights = [b["weight"] for b in route.inputs["spec"]["rules"][0]["backendRefs"]]
     assert weights == [90, 10]
+
+
+def test_the_log_add_ons_are_releases_after_the_others_with_the_renders_values(run) -> None:
+    settings = AddonsSettings.model_validate(
+        {"loki": {"enabled": True}, "alloy": {"enabled": True}}
+    )
+    renders = {r.name: r for r in render_all(settings)}
+    result = run(lambda: addons(settings))
+    pins = versions.pinned()
+    releases = {r.inputs["name"]: r.inputs for r in result.of_type("kubernetes:helm.sh/v3:Release")}
+    for name, pin in (("loki", pins.loki), ("alloy", pins.alloy)):
+        assert releases[name]["version"] == pin.version
+        assert releases[name]["repositoryOpts"] == {"repo": pin.source.repository}
+        assert releases[name]["values"] == renders[name].values
+    namespaces = {r.inputs["metadata"]["name"]: r.inputs for r in result.of_type(NAMESPACE)}
+    labels = namespaces["alloy"]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
