@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpuinfra.versions import Versions, parse
+from gpuinfra.versions import Versions, minor_of, parse
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,21 @@ def _line(table_lines: dict[str, Any], family: str, line: str, key: str) -> Wind
     )
 
 
+def _maintained(entry: dict[str, Any], family: str, line: str, key: str, as_of: str) -> Finding:
+    """A line supported while it is among the ``count`` newest minors on the table's date."""
+    newest, count = parse(str(entry["newest"])), int(entry["count"])
+    pinned = parse(line)
+    behind = newest[1] - pinned[1] if pinned[:1] == newest[:1] else count
+    kept = f"the {count} newest minors are maintained ({entry['note']}); {entry['newest']} is the newest on {as_of}"
+    if behind >= count:
+        return Finding(
+            key,
+            f"{family.capitalize()} {line} is no longer maintained: {kept} (source: {entry['source']})",
+            "past",
+        )
+    return Finding(key, f"{family.capitalize()} {line} maintained: {kept}", "ok")
+
+
 def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
     """(key in versions.yaml, family in the table, release line) for every dated pin."""
     lines = []
@@ -82,6 +97,8 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
         lines.append((f"containerd.releases.{suite}", "containerd", minor))
     k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
     lines.append(("kubernetes", "kubernetes", k8s))
+    lines.append(("gpu_operator", "gpu_operator", minor_of(v.gpu_operator.version)))
+    lines.append(("kueue", "kueue", minor_of(v.kueue.version)))
     if v.kubernetes.source.type == "eks":
         lines.append(("kubernetes", "eks", k8s))
     return lines
@@ -124,10 +141,16 @@ def check(
     for key, family, line in pinned_lines(v):
         if runs is not None and not runs(key, family):
             continue
+        if family in (data.get("maintained") or {}):
+            findings.append(
+                _maintained(data["maintained"][family], family, line, key, data["as_of"])
+            )
+            continue
         window = _line(data["lines"], family, line, key)
         label = {
             "nvidia_driver": f"driver branch R{line}",
             "eks": f"EKS {line} standard support",
+            "gpu_operator": f"GPU Operator {line}",
         }.get(family, f"{family} {line}")
         if window is None:
             findings.append(Finding(key, f"{label}: no end of support in the table", "undated"))

@@ -54,7 +54,34 @@ def test_the_same_pins_a_year_earlier_are_supported() -> None:
 
 def test_lines_without_a_date_say_so_instead_of_passing() -> None:
     undated = {f.key for f in support.check(PINS, dt.date(2026, 12, 1)) if f.state == "undated"}
-    assert {"gpu_operator", "kueue", "volcano"} <= undated
+    assert "volcano" in undated
+    assert not {"gpu_operator", "kueue"} & undated
+
+
+def test_the_gpu_operator_is_dated_by_its_six_month_rule() -> None:
+    found = {f.key: f for f in support.check(PINS, dt.date(2026, 12, 1))}
+    operator = found["gpu_operator"]
+    assert operator.state == "soon"
+    assert operator.message.startswith(
+        "GPU Operator 26.7 ends 2027-01-31 (tentative), in 61 day(s)"
+    )
+    late = {f.key: f for f in support.check(PINS, dt.date(2027, 2, 1))}["gpu_operator"]
+    assert late.state == "past"
+    assert "Life Cycle" in late.message
+
+
+def test_kueue_is_maintained_while_among_the_three_newest_minors(monkeypatch) -> None:
+    kueue = {f.key: f for f in support.check(PINS, dt.date(2026, 12, 1))}["kueue"]
+    assert kueue.state == "ok"
+    assert kueue.message.startswith("Kueue 0.19 maintained: the 3 newest minors are maintained")
+    data = support.table()
+    for newest, state in (("0.21", "ok"), ("0.22", "past"), ("1.0", "past")):
+        data["maintained"]["kueue"]["newest"] = newest
+        monkeypatch.setattr(support, "table", lambda data=data: data)
+        [found] = [f for f in support.check(PINS, dt.date(2026, 12, 1)) if f.key == "kueue"]
+        assert found.state == state, newest
+    assert found.message.startswith("Kueue 0.19 is no longer maintained")
+    assert "kueue/blob/main/RELEASE.md" in found.message
 
 
 def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
