@@ -126,11 +126,15 @@ def test_a_prod_stack_is_judged_on_the_pins_it_runs() -> None:
     assert ok.code == 0, ok.stderr
     late = run_cli("config", "check", "--stack", "prod", "--as-of", "2027-04-01")
     assert late.code == 1
-    [line] = late.stderr.strip().splitlines()
-    assert line.startswith(
+    # The GPU Operator's default driver, R595, ended four days later.
+    driver, eks = late.stderr.strip().splitlines()
+    assert driver.startswith(
+        "error: versions.yaml: gpu_operator.operands.driver: driver branch R595 ended 2027-03-31"
+    )
+    assert eks.startswith(
         "error: versions.yaml: kubernetes: EKS 1.35 standard support ended 2027-03-27"
     )
-    assert line.endswith("(environment prod)")
+    assert driver.endswith("(environment prod)") and eks.endswith("(environment prod)")
     # Another environment only warns through `versions check`.
     dev = run_cli("config", "check", "--stack", "dev", "--as-of", "2027-04-01")
     assert dev.code == 0, dev.stderr
