@@ -98,9 +98,18 @@ class KedaSettings(AddonSettings):
 
 
 def utilisation_query(workload: IdleWorkload) -> str:
-    """Mean GPU utilisation of the Deployment's pods (pods are named <deployment>-<rs>-<id>)."""
+    """Mean GPU utilisation of the Deployment's pods (pods are named <deployment>-<rs>-<id>),
+    or 0 once the Deployment asks for no replicas (kube-state-metrics).
+
+    Running pods without utilisation series (the DCGM exporter down or restarting) give no
+    result, which KEDA reads as an error: it leaves the replicas as they are and marks the
+    ScaledObject not ready, instead of taking a busy workload for an idle one."""
     pods = f"{workload.deployment}-[a-z0-9]+-[a-z0-9]+"
-    return f'avg(DCGM_FI_DEV_GPU_UTIL{{namespace="{workload.namespace}",pod=~"{pods}"}})'
+    where = f'namespace="{workload.namespace}"'
+    return (
+        f'avg(DCGM_FI_DEV_GPU_UTIL{{{where},pod=~"{pods}"}})'
+        f' or (sum(kube_deployment_spec_replicas{{{where},deployment="{workload.deployment}"}}) == 0)'
+    )
 
 
 def scaled_object(settings: KedaSettings, workload: IdleWorkload) -> dict[str, Any]:
@@ -136,8 +145,8 @@ def scaled_object(settings: KedaSettings, workload: IdleWorkload) -> dict[str, A
                         "threshold": threshold,
                         # Active (busy) only above this; at or below it the idle clock runs.
                         "activationThreshold": threshold,
-                        # No series (pods gone, exporter restarting) reads as 0, i.e. idle.
-                        "ignoreNullValues": "true",
+                        # No result is an error, not 0: see utilisation_query.
+                        "ignoreNullValues": "false",
                     },
                 }
             ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,73 @@ def test_a_scaled_object_holds_the_replicas_while_busy_and_goes_to_zero_after_si
     assert meta["serverAddress"] == "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
     assert meta["query"] == (
         'avg(DCGM_FI_DEV_GPU_UTIL{namespace="dev",pod=~"notebook-[a-z0-9]+-[a-z0-9]+"})'
+        ' or (sum(kube_deployment_spec_replicas{namespace="dev",deployment="notebook"}) == 0)'
     )
+    assert meta["ignoreNullValues"] == "false"
     crds = schemas.CrdSchemas.pinned()
     assert crds.has(obj) and crds.problems(obj) == []
+
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+@pytest.mark.parametrize(
+    ("series", "expected"),
+    [
+        # Busy pods of the Deployment (and another Deployment's pod, left out): their mean.
+        (
+            [
+                ('DCGM_FI_DEV_GPU_UTIL{namespace="dev",pod="notebook-5d8f7c9b4-x2kq9"}', "80"),
+                ('DCGM_FI_DEV_GPU_UTIL{namespace="dev",pod="notebook-5d8f7c9b4-p7wz3"}', "60"),
+                ('DCGM_FI_DEV_GPU_UTIL{namespace="dev",pod="notebook2-6c9d8-aaaaa"}', "0"),
+                ('kube_deployment_spec_replicas{namespace="dev",deployment="notebook"}', "2"),
+            ],
+            [70.0],
+        ),
+        # Idle pods: 0, below the activation threshold, and the idle clock runs.
+        (
+            [
+                ('DCGM_FI_DEV_GPU_UTIL{namespace="dev",pod="notebook-5d8f7c9b4-x2kq9"}', "0"),
+                ('kube_deployment_spec_replicas{namespace="dev",deployment="notebook"}', "2"),
+            ],
+            [0.0],
+        ),
+        # Pods asked for but no utilisation (the exporter down): no result, which KEDA takes
+        # for an error and so does not reclaim.
+        ([('kube_deployment_spec_replicas{namespace="dev",deployment="notebook"}', "2")], []),
+        # Reclaimed, no pods: 0, so the ScaledObject stays ready at zero.
+        ([('kube_deployment_spec_replicas{namespace="dev",deployment="notebook"}', "0")], [0.0]),
+    ],
+    ids=["busy", "idle", "exporter-down", "at-zero"],
+)
+def test_the_trigger_query_reads_busy_idle_and_no_data_apart(
+    tmp_path: Path, series: list[tuple[str, str]], expected: list[float]
+) -> None:
+    (obj,) = scaled_objects(KEDA)
+    query = obj["spec"]["triggers"][0]["metadata"]["query"]
+    case = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series],
+                "promql_expr_test": [
+                    {
+                        "expr": query,
+                        "eval_time": "3m",
+                        "exp_samples": [{"labels": "{}", "value": v} for v in expected],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "query.test.yml"
+    path.write_text(yaml.safe_dump(case))
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_idle_window_and_threshold_are_settings() -> None:
