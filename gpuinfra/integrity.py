@@ -324,12 +324,16 @@ def _layout(labels: Mapping[str, str], operator: GpuOperatorSettings | None) -> 
 def _split(
     offer: Mapping[str, float], labels: Mapping[str, str], operator: GpuOperatorSettings | None
 ) -> dict[str, float]:
-    """What a node offers once its MIG layout (if any) splits its GPUs."""
+    """What a node offers once its MIG layout (if any) splits its GPUs, and time-slicing shares
+    each nvidia.com/gpu (a whole GPU, or a slice under the single strategy) between pods."""
     layout = _layout(labels, operator)
-    if not layout or operator is None:
-        return dict(offer)
-    gpus = offer.get(GPU_RESOURCE, 0.0)
-    return {**offer, **_mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)}
+    split = dict(offer)
+    if layout and operator is not None:
+        gpus = offer.get(GPU_RESOURCE, 0.0)
+        split |= _mig_offer(gpus, operator.mig_profiles[layout], operator.mig_strategy)
+    if operator is not None and operator.enabled and GPU_RESOURCE in split:
+        split[GPU_RESOURCE] *= operator.time_slicing_replicas
+    return split
 
 
 def site_nodes(

@@ -70,6 +70,15 @@ def test_a_quota_above_what_the_nodes_can_allocate_is_an_error() -> None:
     assert all("lower the quota or raise the pools' maxSize" in m for m in messages)
 
 
+def test_time_slicing_shares_each_gpu_between_pods() -> None:
+    flavors = [{"gpuType": "l4", "gpus": 4, "cpu": "7", "memory": "28Gi"}]
+    cfg = stack("dev", kueue={"flavors": flavors}, gpuOperator={"timeSlicingReplicas": 4})
+    nodes = {n.name: n for n in integrity.stack_nodes(cfg)}
+    # Each L4 node offers its one GPU as four nvidia.com/gpu; the quota of 4 now fits.
+    assert nodes["node pool l4"].allocatable["nvidia.com/gpu"] == 4
+    assert [f for f in only(findings(cfg), "quotas") if f.severity == "error"] == []
+
+
 def test_a_flavor_that_selects_no_node_is_an_error() -> None:
     flavors = [
         {"gpuType": "l4", "gpus": 2, "cpu": "7", "memory": "28Gi"},
