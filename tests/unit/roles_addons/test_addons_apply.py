@@ -58,6 +58,13 @@ def main():
         ]
         if args.get("name") in os.environ.get("STAND_IN_MISSING", "").split(","):
             result["resources"] = []
+        if "app.kubernetes.io/managed-by=gpuinfra" in (args.get("label_selectors") or []):
+            # What a test planted as already in the cluster, by kind (names in the namespace).
+            found = json.loads(os.environ.get("STAND_IN_FOUND") or "{{}}")
+            result["resources"] = [
+                {{"metadata": {{"name": n, "namespace": args["namespace"]}}}}
+                for n in found.get(args["kind"], [])
+            ]
     if MODULE == "k8s_exec":
         # Triton's /v2/repository/index as the example site's server lists it.
         index = [{{"name": "resnet50", "version": "1", "state": "READY"}}]
@@ -99,10 +106,15 @@ def _calls(log: Path) -> list[dict[str, Any]]:
 
 
 def _play(
-    tmp: Path, missing: str = "", index: str = "", tags: str = ""
+    tmp: Path,
+    missing: str = "",
+    index: str = "",
+    tags: str = "",
+    found: dict[str, list[str]] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run playbooks/addons.yml against the stand-ins; ``missing`` names objects k8s_info does
-    not find, ``index`` is what Triton's repository index answers, ``tags`` limits the run."""
+    not find, ``index`` is what Triton's repository index answers, ``tags`` limits the run,
+    ``found`` is what a search by gpuinfra's labels finds (kind: names)."""
     modules = tmp / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins"
     (modules / "modules").mkdir(parents=True)
     for name in MODULES:
@@ -128,6 +140,7 @@ def _play(
         "STAND_IN_LOG": str(log),
         "STAND_IN_MISSING": missing,
         "STAND_IN_INDEX": index,
+        "STAND_IN_FOUND": json.dumps(found or {}),
     }
     extra = {**EXTRA, "gpuinfra_chart_cache_dir": str(tmp / "charts")}
     proc = subprocess.run(
@@ -270,7 +283,11 @@ def test_the_gpu_operator_install_waits_for_its_smoke_test(calls: list[dict[str,
 
 def test_each_tritons_repository_index_is_read_in_its_pod(calls: list[dict[str, Any]]) -> None:
     (wait,) = [
-        c for c in calls if c["module"] == "k8s_info" and c["args"].get("kind") == "Deployment"
+        c
+        for c in calls
+        if c["module"] == "k8s_info"
+        and c["args"].get("kind") == "Deployment"
+        and c["args"].get("wait")
     ]
     (exec_call,) = [c for c in calls if c["module"] == "k8s_exec"]
     assert exec_call["args"]["pod"] == "pod-0"
@@ -289,3 +306,65 @@ def test_a_version_the_server_does_not_serve_stops_the_play(tmp_path: Path) -> N
         "triton: model 'resnet50' (version_policy latest 1): READY versions [], "
         "declared the newest 1"
     ) in proc.stdout
+
+
+def _removed(calls: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [
+        (c["args"]["kind"], c["args"]["namespace"], c["args"]["name"])
+        for c in calls
+        if c["module"] == "k8s" and c["args"].get("state") == "absent"
+    ]
+
+
+def test_nothing_is_removed_when_the_cluster_holds_only_what_is_rendered(
+    calls: list[dict[str, Any]],
+) -> None:
+    assert _removed(calls) == []
+
+
+def test_tritons_objects_the_settings_no_longer_render_are_removed_after_the_apply(
+    tmp_path: Path,
+) -> None:
+    # A site that had serving groups (triton-text and its canary) and now serves from the one
+    # Deployment `triton`, which the render has and which must stay.
+    found = {
+        "Deployment": ["triton", "triton-text", "triton-text-canary"],
+        "Service": ["triton", "triton-text"],
+        "HTTPRoute": ["triton-text"],
+    }
+    proc, log = _play(tmp_path, found=found)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = _calls(log)
+    assert sorted(_removed(calls)) == [
+        ("Deployment", "triton", "triton-text"),
+        ("Deployment", "triton", "triton-text-canary"),
+        ("HTTPRoute", "triton", "triton-text"),
+        ("Service", "triton", "triton-text"),
+    ]
+    (deployment,) = [
+        o for r in _renders() if r.name == "triton" for o in r.objects if o["kind"] == "Deployment"
+    ]
+    first_removal = next(
+        i
+        for i, c in enumerate(calls)
+        if c["module"] == "k8s" and c["args"].get("state") == "absent"
+    )
+    assert _applied(calls, deployment) < first_removal
+
+
+def test_the_prune_searches_every_kind_triton_labels() -> None:
+    """Every kind Triton renders with its name label, in every scenario, is one the prune reads."""
+    from tests.unit.addons.conftest import SCENARIOS, scenario_renders
+
+    tasks = yaml.safe_load((ROOT / "roles" / "triton" / "tasks" / "prune.yml").read_text())
+    searched = {(k["api_version"], k["kind"]) for k in tasks[0]["vars"]["_triton_prunable_kinds"]}
+    labelled = {
+        (o["apiVersion"], o["kind"])
+        for scenario in SCENARIOS
+        for r in scenario_renders(scenario)
+        if r.name == "triton"
+        for o in r.objects
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "triton"
+    }
+    assert {"Deployment", "Service", "HTTPRoute", "ServiceMonitor"} <= {k for _, k in labelled}
+    assert labelled <= searched, labelled - searched
