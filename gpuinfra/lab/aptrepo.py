@@ -10,6 +10,10 @@ The packages carry small stand-ins for the binaries the role calls: ``nvidia-ctk
 containerd drop-in (or merges Docker's daemon.json) and a CDI spec, and
 ``nvidia-container-runtime`` hands over to runc, so containerd accepts the configuration as it
 would NVIDIA's.
+
+``build_docker`` builds the same kind of stand-in for Docker's Debian repository (a suite and its
+``stable`` component): ``containerd.io`` with Docker's name, pinned version, relations and
+CRI-disabling ``config.toml``, carrying Debian's containerd and runc binaries.
 """
 
 from __future__ import annotations
