@@ -3,11 +3,12 @@
 Docker's repository is out of reach here, so a stand-in of it is served on loopback: suite
 bookworm, component stable, and a containerd.io named, versioned and related (conflicts with,
 replaces and provides containerd and runc) as versions.yaml pins Docker's, carrying Debian's own
-containerd and runc binaries and a config.toml that disables CRI, as Docker's package does. The
-host converges with the docker source pointed at it, then again, then with the distro source,
-which the role refuses.
+containerd and runc binaries and a config.toml that disables CRI, as Docker's package does.
 
-One host of its own lab (its own prefix, ports above the main lab's and the trixie lab's).
+Two hosts of their own lab (its own prefix, ports above the main lab's and the trixie lab's): a
+fresh one, and one first converged on Debian's containerd (the distro source). Both then converge
+with the docker source pointed at the stand-in, then again, then with the distro source, which
+the role refuses.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ PINS = versions.pinned()
 CONTAINERD_IO = PINS.containerd_docker.source.package_version
 # Debian 12's containerd at its pin, and runc: the stand-in package's binaries.
 DEBIAN_BINARIES = [f"containerd={PINS.containerd.source.package_version}", "runc"]
-HOST = f"{PREFIX}d-1"
+FRESH = f"{PREFIX}d-1"
+SWITCHED = f"{PREFIX}d-2"
+HOSTS = (FRESH, SWITCHED)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def docker_settings() -> lab.Settings:
 @pytest.fixture(scope="module")
 def docker_inventory(docker_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[Path]:
     lab.down(docker_settings)
-    lab.up(docker_settings, 1, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
+    lab.up(docker_settings, 2, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
     try:
         yield docker_settings.hosts_file
     finally:
@@ -71,6 +74,9 @@ def converges(
     docker_inventory: Path, docker_repo: aptrepo.Repository, repo_root: Path
 ) -> Iterator[tuple[runner.RunResult, runner.RunResult, runner.RunResult]]:
     playbook = repo_root / "playbooks" / "nodes.yml"
+    # Debian's containerd first, on the host that then moves to Docker's.
+    distro = runner.converge(playbook, docker_inventory, limit=SWITCHED)
+    assert distro.ok, distro.failures
     with aptrepo.serving(docker_repo.path) as server:
         extravars = docker_vars(server, docker_repo)
         first = runner.converge(playbook, docker_inventory, extravars=extravars)
@@ -84,13 +90,14 @@ def converges(
         yield first, second, back
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=HOSTS)
 def node(
+    request: pytest.FixtureRequest,
     docker_settings: lab.Settings,
     converges: tuple[runner.RunResult, runner.RunResult, runner.RunResult],
 ) -> testinfra.host.Host:
     del converges
-    return host_connection(docker_settings, HOST)
+    return host_connection(docker_settings, request.param)
 
 
 def test_containerd_io_is_installed_at_the_pin_and_held(node: testinfra.host.Host) -> None:
@@ -118,9 +125,24 @@ def test_containerd_runs_with_cri_enabled_and_the_nvidia_runtime(
     assert ["io.containerd.grpc.v1", "cri", "linux/amd64", "ok"] in cri, plugins
     dump = node.check_output("containerd config dump")
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
-    # The package's own file is kept beside the one that replaced it.
-    backups = node.check_output("ls /etc/containerd").split()
-    assert any(name.startswith("config.toml.") and name.endswith("~") for name in backups)
+    assert node.service("containerd").is_enabled
+
+
+def test_the_package_file_that_disabled_cri_is_kept_beside_the_role_s(
+    docker_settings: lab.Settings,
+    converges: tuple[runner.RunResult, runner.RunResult, runner.RunResult],
+) -> None:
+    del converges
+    fresh = host_connection(docker_settings, FRESH)
+    backups = [
+        name
+        for name in fresh.check_output("ls /etc/containerd").split()
+        if name.startswith("config.toml.") and name.endswith("~")
+    ]
+    assert len(backups) == 1, backups
+    assert (
+        'disabled_plugins = ["cri"]' in fresh.file(f"/etc/containerd/{backups[0]}").content_string
+    )
 
 
 def test_a_second_converge_changes_nothing(
@@ -128,7 +150,7 @@ def test_a_second_converge_changes_nothing(
 ) -> None:
     second = converges[1]
     assert second.ok, second.failures
-    assert second.changed() == {HOST: 0}
+    assert second.changed() == dict.fromkeys(HOSTS, 0)
 
 
 def test_going_back_to_the_distro_source_is_refused_and_changes_nothing(
@@ -140,5 +162,6 @@ def test_going_back_to_the_distro_source_is_refused_and_changes_nothing(
     message = " ".join(str(failure) for failure in back.failures)
     assert "runs Docker's containerd.io" in message, back.failures
     assert "apt-mark unhold containerd.io" in message
-    assert back.changed() == {HOST: 0}
+    assert back.changed() == dict.fromkeys(HOSTS, 0)
+    assert back.failed_hosts() == set(HOSTS)
     assert node.package("containerd.io").version == CONTAINERD_IO
