@@ -285,6 +285,16 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
 
 
+def _host_containerd(
+    variables: Mapping[str, Any], containerd: str, versions: Versions | None
+) -> str:
+    """The containerd a host runs: Docker's pin where its site chooses that source."""
+    source = variables.get("nvidia_container_toolkit_containerd_source", "distro")
+    if source == "docker" and versions is not None:
+        return versions.containerd_docker.version
+    return containerd
+
+
 def _cdi_problem(variables: Mapping[str, Any], containerd: str) -> str:
     """Why the host's runtime gives a CDI-handed GPU to no pod without a runtime class."""
     runtimes = variables.get("nvidia_container_toolkit_runtimes", ["containerd"])
@@ -386,7 +396,11 @@ def site_nodes(
                 taints=(gpu_taint,) if tainted else (),
                 allocatable={"cpu": UNKNOWN, "memory": UNKNOWN, **offer},
                 count=1,
-                cdi_problem=_cdi_problem(variables, containerd) if containerd else "",
+                cdi_problem=_cdi_problem(
+                    variables, _host_containerd(variables, containerd, versions)
+                )
+                if containerd
+                else "",
                 mig_layout=layout,
                 expected_mig_mode=mode if isinstance(mode, str) else None,
                 gpu=gpu_type.lower() if isinstance(gpu_type, str) else "",

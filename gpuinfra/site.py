@@ -66,6 +66,13 @@ class Site:
     def driver_sources(self) -> set[str]:
         return {str(h.vars.get("nvidia_driver_source", "distro")) for h in self.hosts.values()}
 
+    def containerd_sources(self) -> set[str]:
+        """Where the hosts' containerd comes from: the distribution's package or Docker's."""
+        return {
+            str(h.vars.get("nvidia_container_toolkit_containerd_source", "distro"))
+            for h in self.hosts.values()
+        }
+
 
 @cache
 def role_specs(roles_dir: Path | None = None) -> dict[str, dict[str, VarSpec]]:

@@ -90,11 +90,13 @@ def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
             v.gpu_operator.operands.get("driver", "").split(".")[0],
         )
     )
-    minor = ".".join(str(n) for n in parse(v.containerd.version)[:2])
-    lines.append(("containerd", "containerd", minor))
-    for suite, pin in v.containerd.releases.items():
-        minor = ".".join(str(n) for n in parse(pin.version)[:2])
-        lines.append((f"containerd.releases.{suite}", "containerd", minor))
+    for name in ("containerd", "containerd_docker"):
+        entry = getattr(v, name)
+        minor = ".".join(str(n) for n in parse(entry.version)[:2])
+        lines.append((name, "containerd", minor))
+        for suite, pin in entry.releases.items():
+            minor = ".".join(str(n) for n in parse(pin.version)[:2])
+            lines.append((f"{name}.releases.{suite}", "containerd", minor))
     k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
     lines.append(("kubernetes", "kubernetes", k8s))
     lines.append(("gpu_operator", "gpu_operator", minor_of(v.gpu_operator.version)))
@@ -115,15 +117,25 @@ def stack_pin(key: str, family: str) -> bool:
     )
 
 
-def site_pin(sources: set[str]) -> Callable[[str, str], bool]:
+# The versions.yaml entry of each containerd source a site may choose
+# (nvidia_container_toolkit_containerd_source).
+CONTAINERD_ENTRIES = {"distro": "containerd", "docker": "containerd_docker"}
+
+
+def site_pin(
+    sources: set[str], containerd_sources: set[str] | None = None
+) -> Callable[[str, str], bool]:
     """The pins a bare-metal site runs: the drivers of the install sources its hosts use (each
-    release's build too), containerd, and the upstream Kubernetes minor."""
+    release's build too), the containerd of the sources its hosts use (the distribution's when
+    not given), and the upstream Kubernetes minor."""
+    entries = {
+        CONTAINERD_ENTRIES[s] for s in containerd_sources or {"distro"} if s in CONTAINERD_ENTRIES
+    }
 
     def runs(key: str, family: str) -> bool:
         driver = key.startswith("nvidia_driver.") and key.split(".")[1] in sources
-        return (
-            driver or key.startswith("containerd") or (key, family) == ("kubernetes", "kubernetes")
-        )
+        containerd = family == "containerd" and key.split(".")[0] in entries
+        return driver or containerd or (key, family) == ("kubernetes", "kubernetes")
 
     return runs
 

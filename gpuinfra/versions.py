@@ -151,6 +151,8 @@ class Versions(Strict):
     cuda: Component
     nvidia_container_toolkit: Component
     containerd: Component
+    # Docker's containerd.io, for hosts whose site chooses that source over the distribution's.
+    containerd_docker: Component
     gpu_operator: GpuOperator
     k8s_device_plugin: Component
     dcgm_exporter: Component

@@ -166,16 +166,20 @@ AsOf = Annotated[
 
 
 def prod_support_problems(
-    environment: str | None, as_of: str | None, *, sources: set[str] | None = None
+    environment: str | None,
+    as_of: str | None,
+    *,
+    sources: set[str] | None = None,
+    containerd_sources: set[str] | None = None,
 ) -> list[str]:
-    """For a prod stack (``sources`` None) or a prod site (its hosts' driver sources): every
-    pin it runs that is past its end of support. Other environments get none."""
+    """For a prod stack (``sources`` None) or a prod site (its hosts' driver and containerd
+    sources): every pin it runs that is past its end of support. Other environments get none."""
     from gpuinfra import support
     from gpuinfra import versions as versions_mod
 
     if environment != Environment.prod:
         return []
-    runs = support.stack_pin if sources is None else support.site_pin(sources)
+    runs = support.stack_pin if sources is None else support.site_pin(sources, containerd_sources)
     return support.prod_problems(versions_mod.pinned(), _as_of(as_of), runs)
 
 
@@ -210,8 +214,12 @@ def config_check(
         checked = integrity.load_checked_site(site)
         for warning in checked.warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
-        sources = checked.site.driver_sources()
-        if problems := prod_support_problems(checked.site.environment, as_of, sources=sources):
+        if problems := prod_support_problems(
+            checked.site.environment,
+            as_of,
+            sources=checked.site.driver_sources(),
+            containerd_sources=checked.site.containerd_sources(),
+        ):
             raise CheckFailed(problems)
         out.print(f"site {checked.site.name}: valid ({len(checked.site.hosts)} hosts)")
 

@@ -177,7 +177,10 @@ def register(app: typer.Typer) -> None:
 
             served = site_mod.load_site(site)
             failed += prod_support_problems(
-                served.environment, as_of, sources=served.driver_sources()
+                served.environment,
+                as_of,
+                sources=served.driver_sources(),
+                containerd_sources=served.containerd_sources(),
             )
         if failed:
             # The plan is shown whole, then the command fails as a check does (exit 1).

@@ -10,6 +10,10 @@ The packages carry small stand-ins for the binaries the role calls: ``nvidia-ctk
 containerd drop-in (or merges Docker's daemon.json) and a CDI spec, and
 ``nvidia-container-runtime`` hands over to runc, so containerd accepts the configuration as it
 would NVIDIA's.
+
+``build_docker`` builds the same kind of stand-in for Docker's Debian repository (a suite and its
+``stable`` component): ``containerd.io`` with Docker's name, pinned version, relations and
+CRI-disabling ``config.toml``, carrying Debian's containerd and runc binaries.
 """
 
 from __future__ import annotations
@@ -381,6 +385,136 @@ def build(
     _sign(dest, signing_key(key_home or dest.with_name(dest.name + ".key")))
     return Repository(
         dest, tuple(p.name for p in packages), package_version, fingerprint(dest / KEY_FILE)
+    )
+
+
+# --- a stand-in for Docker's Debian repository, serving containerd.io -----------------------
+
+# Where Docker's repository keeps its key (https://download.docker.com/linux/debian/gpg).
+DOCKER_KEY_FILE = "gpg"
+DOCKER_COMPONENT = "stable"
+# What Docker's containerd.io puts at /etc/containerd/config.toml, in substance: a file for
+# Docker, which needs no CRI. A Kubernetes node does; the role must enable it.
+CONTAINERD_IO_CONFIG = """#   Stand-in for the containerd.io package's configuration: the CRI plugin is disabled.
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+"""
+# Docker's package starts containerd on install, with the file above.
+_CONTAINERD_IO_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+  systemctl daemon-reload >/dev/null 2>&1 || true
+  systemctl enable containerd.service >/dev/null 2>&1 || true
+  systemctl restart containerd.service >/dev/null 2>&1 || true
+fi
+"""
+
+
+def debian_debs(dest: Path, packages: list[str]) -> list[Path]:
+    """Debian's own builds of ``packages`` (``name`` or ``name=version``), fetched into ``dest``
+    with this machine's apt: the binaries the containerd.io stand-in carries."""
+    dest.mkdir(parents=True, exist_ok=True)
+    _run(["apt-get", "download", "-q", *packages], cwd=dest)
+    return sorted(dest.glob("*.deb"))
+
+
+def _containerd_io_deb(debs: list[Path], package_version: str, out: Path, work: Path) -> Path:
+    """containerd.io as Docker names and relates it: Debian's containerd and runc binaries in
+    one package that conflicts with, replaces and provides both, with Docker's config.toml."""
+    root = work / "containerd.io"
+    for deb in debs:
+        _run(["dpkg-deb", "-x", str(deb), str(root)])
+    config = root / "etc" / "containerd" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(CONTAINERD_IO_CONFIG)
+    meta = root / "DEBIAN"
+    meta.mkdir()
+    (meta / "control").write_text(
+        "\n".join(
+            [
+                "Package: containerd.io",
+                f"Version: {package_version}",
+                "Architecture: amd64",
+                "Maintainer: gpuinfra <lab@gpuinfra.invalid>",
+                "Section: admin",
+                "Priority: optional",
+                "Depends: libseccomp2",
+                "Conflicts: containerd, runc",
+                "Replaces: containerd, runc",
+                "Provides: containerd, runc",
+                "Description: An open and reliable container runtime (stand-in)",
+            ]
+        )
+        + "\n"
+    )
+    (meta / "conffiles").write_text("/etc/containerd/config.toml\n")
+    (meta / "postinst").write_text(_CONTAINERD_IO_POSTINST)
+    (meta / "postinst").chmod(0o755)
+    deb = out / f"containerd.io_{package_version}_amd64.deb"
+    _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+    return deb
+
+
+def _suite_release(dist: Path, suite: str) -> str:
+    lines = [
+        "Origin: gpuinfra",
+        "Label: gpuinfra stand-in for Docker's Debian repository",
+        f"Suite: {suite}",
+        f"Codename: {suite}",
+        f"Date: {formatdate(usegmt=True)}",
+        "Architectures: amd64",
+        f"Components: {DOCKER_COMPONENT}",
+    ]
+    index = dist / DOCKER_COMPONENT / "binary-amd64"
+    files = [index / "Packages", index / "Packages.gz"]
+    for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
+        lines.append(f"{field}:")
+        for file in files:
+            data = file.read_bytes()
+            name = file.relative_to(dist).as_posix()
+            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {name}")
+    return "\n".join(lines) + "\n"
+
+
+def build_docker(
+    dest: Path,
+    debs: list[Path],
+    versions: versions_mod.Versions | None = None,
+    key_home: Path | None = None,
+    suite: str = "bookworm",
+) -> Repository:
+    """Build a signed stand-in of Docker's Debian repository into ``dest``: suite ``suite``,
+    component stable, and containerd.io at the build versions.yaml pins for that suite
+    (``containerd_docker``), made of ``debs`` (see ``debian_debs``). The key is at ``gpg``."""
+    entry = (versions or versions_mod.pinned()).containerd_docker
+    if suite == entry.source.suite:
+        package_version = entry.source.package_version or entry.version
+    elif suite in entry.releases:
+        package_version = entry.releases[suite].package_version
+    else:
+        raise ToolError(f"versions.yaml pins no containerd_docker build for {suite}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    pool = dest / "dists" / suite / "pool" / DOCKER_COMPONENT / "amd64"
+    pool.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="gpuinfra-debs-") as work:
+        _containerd_io_deb(debs, package_version, pool, Path(work))
+    scanned = _run(
+        ["dpkg-scanpackages", "--multiversion", pool.relative_to(dest).as_posix()], cwd=dest
+    ).stdout
+    dist = dest / "dists" / suite
+    index = dist / DOCKER_COMPONENT / "binary-amd64"
+    index.mkdir(parents=True)
+    (index / "Packages").write_bytes(scanned)
+    (index / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
+    (dist / "Release").write_text(_suite_release(dist, suite))
+    _sign(dist, signing_key(key_home or dest.with_name(dest.name + ".key")))
+    # The key where Docker serves it, at the repository's root.
+    shutil.move(str(dist / KEY_FILE), str(dest / DOCKER_KEY_FILE))
+    return Repository(
+        dest, ("containerd.io",), package_version, fingerprint(dest / DOCKER_KEY_FILE)
     )
 
 

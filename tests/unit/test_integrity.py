@@ -271,6 +271,22 @@ def test_a_gpu_pod_on_containerd_16_without_the_nvidia_default_runtime_gets_no_g
     assert "set nvidia_container_toolkit_default_runtime: true" in error.message
 
 
+def test_hosts_on_dockers_containerd_read_cdi_without_the_default_runtime(
+    tmp_path: Path,
+) -> None:
+    site = site_copy(tmp_path, {})
+    toolkit = site / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
+    toolkit.write_text(
+        toolkit.read_text().replace(
+            "nvidia_container_toolkit_default_runtime: true",
+            "nvidia_container_toolkit_default_runtime: false\n"
+            "nvidia_container_toolkit_containerd_source: docker",
+        )
+    )
+    # containerd 2.3 from Docker's repository reads the CDI devices itself.
+    assert [f for f in site_findings(site) if f.severity == "error"] == []
+
+
 def test_a_runtime_class_or_cdi_off_lets_the_gpu_reach_the_pod() -> None:
     gpu = integrity.Nodes(
         name="host a",

@@ -169,3 +169,48 @@ def test_a_site_environment_must_be_one_of_the_three(tmp_path: Path) -> None:
         "environment.yml: gpuinfra_environment: 'prd' is not an environment "
         "(allowed: dev, staging, prod)"
     )
+
+
+def test_docker_containerd_is_an_lts_line_until_2028() -> None:
+    findings = {f.key: f for f in support.check(PINS, dt.date(2026, 12, 1))}
+    docker = findings["containerd_docker"]
+    assert (docker.state, docker.message) == (
+        "ok",
+        "containerd 2.3 supported until 2028-04-27 (tentative)",
+    )
+    assert findings["containerd_docker.releases.trixie"].state == "ok"
+    later = {f.key: f.state for f in support.check(PINS, dt.date(2028, 5, 1))}
+    assert later["containerd_docker"] == "past"
+
+
+def test_a_site_runs_the_containerd_of_the_source_its_hosts_use() -> None:
+    distro = support.site_pin({"distro"})
+    assert distro("containerd", "containerd") and distro("containerd.releases.trixie", "containerd")
+    assert not distro("containerd_docker", "containerd")
+    docker = support.site_pin({"distro"}, {"docker"})
+    assert docker("containerd_docker", "containerd")
+    assert docker("containerd_docker.releases.trixie", "containerd")
+    assert not docker("containerd", "containerd")
+    assert not docker("containerd.releases.trixie", "containerd")
+    mixed = support.site_pin({"distro"}, {"distro", "docker"})
+    assert mixed("containerd", "containerd") and mixed("containerd_docker", "containerd")
+
+
+def test_a_prod_debian_site_on_dockers_containerd_fails_on_its_driver_only(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    (site / "group_vars" / "all" / "environment.yml").write_text("gpuinfra_environment: prod\n")
+    (site / "group_vars" / "gpu_nodes" / "containerd.yml").write_text(
+        "nvidia_container_toolkit_containerd_source: docker\n"
+    )
+    result = run_cli("config", "check", "--site", str(site), "--as-of", "2026-12-01")
+    assert result.code == 1, result.stdout
+    errors = result.stderr.strip().splitlines()
+    # containerd 2.3 from Docker is supported; Debian 12's R535 is still past its end.
+    assert [line.split(": ")[2] for line in errors] == ["nvidia_driver.distro"], errors
+    plan = run_cli("plan", "--site", str(site), "--as-of", "2026-12-01", "--format", "json")
+    assert plan.code == 1
+    assert "containerd 1.6" not in plan.stderr
+    assert "driver branch R535 ended 2026-06-30" in plan.stderr

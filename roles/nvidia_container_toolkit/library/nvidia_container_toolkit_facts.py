@@ -65,8 +65,9 @@ RETURN = r"""
 ansible_facts:
   description: >-
     nvidia_container_toolkit_host: dockerd, containerd (their binaries exist), device_node
-    (/dev/nvidiactl), packages (name: version, status), containerd_config (absent; imports: it
-    imports the role's drop-ins; other_imports: it has an imports list without them; no_imports),
+    (/dev/nvidiactl), packages (name: version, status), containerd_config (absent; cri_disabled:
+    it disables the CRI plugin, as Docker's containerd.io ships it; imports: it imports the role's
+    drop-ins; other_imports: it has an imports list without them; no_imports),
     keyring (the key file exists), cdi_spec (the specification exists), services (unit: enabled,
     active), files_converged (the stamp matches the paths and the fingerprint), files_drift (why
     not, or '').
@@ -86,6 +87,27 @@ from ansible.module_utils.gpuinfra_node_state import (
 )
 
 
+# The CRI plugin's names in disabled_plugins: its short name (a version 1 file, as the
+# containerd.io package ships), its URI, and those of the plugins containerd 2 split it into.
+CRI_PLUGINS = (
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+    "io.containerd.cri.v1.images",
+)
+_DISABLED = re.compile(r"^[ \t]*disabled_plugins[ \t]*=[ \t]*\[([^\]]*)\]", re.MULTILINE)
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+
+
+def disabled_plugins(text):
+    """The plugins a top-level disabled_plugins list names (before the first table)."""
+    top = re.split(r"^[ \t]*\[", text, maxsplit=1, flags=re.MULTILINE)[0]
+    found = _DISABLED.search(top)
+    if not found:
+        return []
+    return [a or b for a, b in _QUOTED.findall(found.group(1))]
+
+
 def containerd_config(module, path, imports):
     """How the main configuration stands with the role's drop-ins."""
     if not os.path.exists(path):
@@ -95,6 +117,9 @@ def containerd_config(module, path, imports):
             text = handle.read()
     except OSError as err:
         module.fail_json(msg="cannot read %s: %s" % (path, err))
+    # A drop-in cannot enable the plugin again: containerd appends the imported lists.
+    if any(name in CRI_PLUGINS for name in disabled_plugins(text)):
+        return "cri_disabled"
     if imports in text:
         return "imports"
     if re.search(r"^\s*imports\s*=", text, re.MULTILINE):

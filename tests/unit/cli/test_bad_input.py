@@ -625,6 +625,17 @@ CASES: list[Case] = [
     ),
     # --- versions.yaml --------------------------------------------------------------------------
     vers(
+        "versions-containerd-docker-short-key",
+        sub(
+            "versions.yaml",
+            "fingerprint: 9DC858229FC7DD38854AE2D88D81803C0EBFCD88",
+            "fingerprint: 0EBFCD88",
+        ),
+        "containerd_docker.source.signing_key.fingerprint",
+        "40 hexadecimal digits",
+        code=1,
+    ),
+    vers(
         "versions-duplicate",
         sub("versions.yaml", "kueue:\n  version:", 'kueue:\n  version: "1"\n  version:'),
         "duplicate key 'version'",
@@ -697,6 +708,44 @@ CASES: list[Case] = [
         f"{NODE_VARS}/driver.yml",
         "duplicate key 'nvidia_driver_source'",
         "each key once",
+    ),
+    site_case(
+        "site-containerd-source-unknown",
+        put(f"{NODE_VARS}/zz.yml", "nvidia_container_toolkit_containerd_source: dockr\n"),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_container_toolkit_containerd_source",
+        "did you mean 'docker'",
+    ),
+    site_case(
+        "site-containerd-repo-url-option",
+        put(
+            f"{NODE_VARS}/zz.yml",
+            "nvidia_container_toolkit_containerd_source: docker\n"
+            "nvidia_container_toolkit_containerd_repo_url: '[trusted=yes] http://mirror.example/debian'\n",
+        ),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_container_toolkit_containerd_repo_url",
+        "a repository URL is one plain http(s) URL",
+    ),
+    site_case(
+        "site-containerd-key-over-http",
+        put(
+            f"{NODE_VARS}/zz.yml",
+            "nvidia_container_toolkit_containerd_repo_key_url: http://mirror.example/docker.gpg\n",
+        ),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_container_toolkit_containerd_repo_key_url",
+        "serve the key over https",
+    ),
+    site_case(
+        "site-containerd-short-key-id",
+        put(
+            f"{NODE_VARS}/zz.yml",
+            "nvidia_container_toolkit_containerd_repo_key_fingerprint: 0EBFCD88\n",
+        ),
+        f"{NODE_VARS}/zz.yml",
+        "nvidia_container_toolkit_containerd_repo_key_fingerprint",
+        "40 hexadecimal digits",
     ),
     site_case(
         "site-nested-dir",

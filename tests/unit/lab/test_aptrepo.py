@@ -178,3 +178,73 @@ def test_the_fingerprint_is_the_one_the_roles_key_module_computes(
     assert module.fingerprints(repo.key_file.read_bytes()) == [repo.fingerprint]
     with aptrepo.serving(repo.path) as server:
         assert server.fingerprint == repo.fingerprint
+
+
+# --- the stand-in of Docker's repository ----------------------------------------------------
+
+DOCKER = versions.pinned().containerd_docker
+
+
+@pytest.fixture(scope="module")
+def docker_repo(tmp_path_factory: pytest.TempPathFactory) -> aptrepo.Repository:
+    """Built from a small deb standing for Debian's containerd (the lab fetches the real one)."""
+    work = tmp_path_factory.mktemp("docker")
+    root = work / "containerd"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "containerd").write_text("#!/bin/sh\necho containerd\n")
+    (root / "DEBIAN" / "control").write_text(
+        "Package: containerd\nVersion: 1.6.20~ds1-1+deb12u3\nArchitecture: amd64\n"
+        "Maintainer: t <t@example.invalid>\nDescription: t\n"
+    )
+    deb = work / "containerd.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True)
+    return aptrepo.build_docker(work / "repo", [deb], key_home=work / "key")
+
+
+def test_docker_stand_in_is_laid_out_as_dockers_repository(
+    docker_repo: aptrepo.Repository, tmp_path: Path
+) -> None:
+    dist = docker_repo.path / "dists" / "bookworm"
+    index = (dist / "stable" / "binary-amd64" / "Packages").read_text()
+    [stanza] = _stanzas(index).values()
+    assert stanza["Package"] == "containerd.io"
+    assert stanza["Version"] == DOCKER.source.package_version
+    assert (stanza["Conflicts"], stanza["Replaces"], stanza["Provides"]) == (
+        "containerd, runc",
+        "containerd, runc",
+        "containerd, runc",
+    )
+    assert (docker_repo.path / stanza["Filename"]).is_file()
+    release = (dist / "Release").read_text()
+    assert "Suite: bookworm" in release and "Components: stable" in release
+    digest = hashlib.sha256(
+        (dist / "stable" / "binary-amd64" / "Packages").read_bytes()
+    ).hexdigest()
+    assert f" {digest} " in release and "stable/binary-amd64/Packages" in release
+    keyring = tmp_path / "keyring.gpg"
+    subprocess.run(
+        ["gpg", "--batch", "--yes", "--dearmor", "-o", str(keyring), str(docker_repo.path / "gpg")],
+        check=True,
+    )
+    ok = subprocess.run(["gpgv", "--keyring", str(keyring), str(dist / "InRelease")])
+    assert ok.returncode == 0
+
+
+def test_docker_stand_in_ships_a_config_that_disables_cri_and_the_binaries(
+    docker_repo: aptrepo.Repository, tmp_path: Path
+) -> None:
+    [deb] = docker_repo.path.glob("dists/bookworm/pool/stable/amd64/*.deb")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    config = tomllib.loads((tmp_path / "etc" / "containerd" / "config.toml").read_text())
+    assert config["disabled_plugins"] == ["cri"]
+    assert (tmp_path / "usr" / "bin" / "containerd").is_file()
+    conffiles = subprocess.run(
+        ["dpkg-deb", "-I", str(deb), "conffiles"], capture_output=True, text=True, check=True
+    ).stdout
+    assert conffiles.strip() == "/etc/containerd/config.toml"
+
+
+def test_a_release_without_a_docker_build_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(aptrepo.ToolError, match="no containerd_docker build for forky"):
+        aptrepo.build_docker(tmp_path / "repo", [], suite="forky")

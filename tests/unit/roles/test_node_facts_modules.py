@@ -72,6 +72,19 @@ def toolkit_args(tmp_path: Path, **changes: Any) -> dict[str, Any]:
     return args
 
 
+# In substance what Docker's containerd.io package puts at /etc/containerd/config.toml: no
+# version line, CRI disabled, the rest commented out.
+DOCKER_CONFIG = """#   Licensed under the Apache License, Version 2.0
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+
+#[grpc]
+#  address = "/run/containerd/containerd.sock"
+"""
+
+
 def test_the_module_utils_copies_are_identical() -> None:
     copies = {
         (ROLES / role / "module_utils" / "gpuinfra_node_state.py").read_text()
@@ -172,6 +185,24 @@ def test_the_components_other_sources_enable_are_part_of_the_fingerprint(tmp_pat
         ('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n', "imports"),
         ('version = 2\nimports = ["/etc/other/*.toml"]\n', "other_imports"),
         ("version = 2\n", "no_imports"),
+        # Docker's containerd.io ships this file: a version 1 file with CRI disabled.
+        (DOCKER_CONFIG, "cri_disabled"),
+        # Disabling CRI wins over imports: a drop-in cannot enable it again.
+        (
+            'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+            'disabled_plugins = [\n  "io.containerd.internal.v1.tracing",\n'
+            '  "io.containerd.grpc.v1.cri",\n]\n',
+            "cri_disabled",
+        ),
+        ('version = 3\ndisabled_plugins = ["io.containerd.cri.v1.runtime"]\n', "cri_disabled"),
+        # Another plugin disabled, a commented line, a key of a table: CRI stays on.
+        (
+            'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+            'disabled_plugins = ["io.containerd.snapshotter.v1.btrfs"]\n',
+            "imports",
+        ),
+        ('#disabled_plugins = ["cri"]\nversion = 2\n', "no_imports"),
+        ('version = 2\n[plugins.x]\n  disabled_plugins = ["cri"]\n', "no_imports"),
     ],
 )
 def test_the_toolkit_facts_tell_how_containerd_imports_the_drop_ins(

@@ -270,6 +270,46 @@ def test_a_toolkit_package_at_another_version_or_unheld_is_not_settled() -> None
     assert toolkit(unheld, toolkit_inputs())["settled"] is False
 
 
+DOCKER_CONTAINERD = "2.3.3-1~debian.12~bookworm"
+
+
+def docker_inputs() -> dict[str, Any]:
+    return toolkit_inputs(
+        containerd_source="docker",
+        containerd_package="containerd.io",
+        containerd_package_version=DOCKER_CONTAINERD,
+    )
+
+
+def test_a_host_on_debians_containerd_moving_to_docker_gets_containerd_io_held() -> None:
+    # Debian's containerd is there (the binary exists): the docker source still asks for
+    # containerd.io at its pin, which replaces it, and holds it.
+    request = toolkit(CONVERGED_TOOLKIT, docker_inputs())
+    assert request["settled"] is False
+    assert request["packages"][-1] == f"containerd.io={DOCKER_CONTAINERD}"
+    assert request["hold"] == [*TOOLKIT_PACKAGES, "containerd.io"]
+
+
+def test_containerd_io_held_at_the_pin_is_settled_and_another_build_is_not() -> None:
+    converged = copy.deepcopy(CONVERGED_TOOLKIT)
+    converged["packages"]["containerd.io"] = {"version": DOCKER_CONTAINERD, "status": HELD}
+    assert toolkit(converged, docker_inputs())["settled"] is True
+    unheld = copy.deepcopy(converged)
+    unheld["packages"]["containerd.io"]["status"] = "install ok installed"
+    assert toolkit(unheld, docker_inputs())["settled"] is False
+    older = copy.deepcopy(converged)
+    older["packages"]["containerd.io"]["version"] = "1.7.28-1~debian.12~bookworm"
+    request = toolkit(older, docker_inputs())
+    assert request["settled"] is False
+    assert f"containerd.io={DOCKER_CONTAINERD}" in request["packages"]
+
+
+def test_docker_containerd_is_not_asked_for_when_only_docker_is_listed() -> None:
+    request = toolkit(CONVERGED_TOOLKIT, {**docker_inputs(), "runtimes": ["docker"]})
+    assert request["settled"] is True
+    assert request["hold"] == TOOLKIT_PACKAGES
+
+
 def debian_metal(**changes: Any) -> dict[str, Any]:
     """A bare-metal Debian 12 host on its packaged kernel, driver converged."""
     metal = host(in_container=False, kernel="6.1.0-28-amd64", kernel_flavour="amd64")

@@ -356,3 +356,104 @@ def test_a_command_in_the_preinstalled_paths_stops_preflight_and_never_runs(
     searched = run_playbook_here(tmp_path, "-i", str(inventory), str(playbook))
     assert "no nvidia-smi is on localhost" in " ".join(searched.stdout.split()), searched.stdout
     assert not marker.exists()
+
+
+def _release() -> str:
+    return subprocess.run(
+        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def containerd_pins(tmp_path: Path, *extra: str) -> str:
+    """What the toolkit role would add and install for containerd on this machine."""
+    playbook = tmp_path / "containerd.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(ROOT / "versions.yaml"),
+                                "name": "gpuinfra_versions",
+                            }
+                        }
+                    ],
+                    "roles": [{"role": "nvidia_container_toolkit", "tags": ["never"]}],
+                    "tasks": [
+                        {
+                            "ansible.builtin.debug": {
+                                "msg": "source=[{{ _nvidia_container_toolkit_containerd_sources_line }}] "
+                                "package={{ _nvidia_container_toolkit_containerd_package }}="
+                                "{{ nvidia_container_toolkit_containerd_package_version }} "
+                                "paths={{ _nvidia_container_toolkit_paths | join(',') }}"
+                            }
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    (tmp_path / "roles").symlink_to(ROOT / "roles")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    args = ["-i", str(inventory)]
+    for value in extra:
+        args += ["-e", value]
+    result = run_playbook_here(tmp_path, *args, str(playbook))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return " ".join(result.stdout.split())
+
+
+def test_dockers_source_and_pin_are_those_of_the_hosts_release(tmp_path: Path) -> None:
+    release = _release()
+    if release != "bookworm":
+        pytest.skip("the pins below are Debian 12's")
+    docker = containerd_pins(tmp_path, "nvidia_container_toolkit_containerd_source=docker")
+    assert (
+        "source=[deb [signed-by=/etc/apt/keyrings/docker-containerd.asc] "
+        "https://download.docker.com/linux/debian bookworm stable]" in docker
+    ), docker
+    assert "package=containerd.io=2.3.3-1~debian.12~bookworm" in docker
+    assert "/etc/apt/sources.list.d/docker-containerd.list" in docker
+
+
+def test_a_mirror_of_dockers_repository_takes_the_same_suite_and_pin(tmp_path: Path) -> None:
+    if _release() != "bookworm":
+        pytest.skip("the pins below are Debian 12's")
+    mirror = containerd_pins(
+        tmp_path,
+        "nvidia_container_toolkit_containerd_source=docker",
+        "nvidia_container_toolkit_containerd_repo_url=https://mirror.example.internal/docker",
+    )
+    assert "https://mirror.example.internal/docker bookworm stable]" in mirror, mirror
+    assert "package=containerd.io=2.3.3-1~debian.12~bookworm" in mirror
+
+
+def test_the_distro_source_stays_on_debians_containerd_without_dockers_files(
+    tmp_path: Path,
+) -> None:
+    if _release() != "bookworm":
+        pytest.skip("the pins below are Debian 12's")
+    distro = containerd_pins(tmp_path)
+    assert "package=containerd=1.6.20~ds1-1+deb12u3" in distro, distro
+    assert "docker-containerd" not in distro.split("paths=")[1]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
+def test_a_bad_docker_repository_url_stops_the_toolkit_in_preflight(tmp_path: Path) -> None:
+    url = "https://mirror.example.internal/debian bookworm stable\ndeb [trusted=yes] http://evil/ /"
+    value = json.dumps(
+        {
+            "nvidia_container_toolkit_containerd_source": "docker",
+            "nvidia_container_toolkit_containerd_repo_url": url,
+        }
+    )
+    result = preflight(tmp_path, value, playbook=str(toolkit_alone(tmp_path)))
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())
+    assert "nvidia_container_toolkit_containerd_repo_url:" in output
+    assert "a repository URL is one plain http(s) URL" in output
+    assert not Path("/etc/apt/sources.list.d/docker-containerd.list").exists()
