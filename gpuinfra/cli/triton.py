@@ -296,13 +296,10 @@ def repository(
         )
     bucket, _, prefix = repo.s3.removeprefix("s3://").partition("/")
     keys = _s3_keys(bucket, prefix, repo.region, endpoint_url)
-    start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    problems = spec.repository_problems(
-        spec.served_models(settings), [k[len(start) :] for k in keys if k.startswith(start)]
-    )
+    models = spec.served_models(settings)
+    problems = spec.repository_problems(models, keys, prefix)
     if problems:
         raise CheckFailed(problems)
-    models = spec.served_models(settings)
     say(f"{repo.s3}: {len(keys)} objects; every version policy of {source} finds its versions")
     for model in models:
         say(f"  {model.name}: version_policy {model.version_policy.describe()}")
