@@ -21,20 +21,29 @@ from gpuinfra.loading import display_path, validate
 
 
 @dataclass(frozen=True)
-class ModelFile:
-    """Where a model is declared: the file, and the models list's key path in it."""
+class TritonFile:
+    """Where a list of Triton's settings (its models, its serving groups) is declared: the
+    file, and the list's key path in it."""
 
     path: Path
     keys: tuple[str, ...]
     camel: bool
 
     @classmethod
-    def stack(cls, path: Path) -> ModelFile:
-        return cls(path, ("config", "gpuinfra:addons", "triton", "models"), camel=True)
+    def stack(cls, path: Path, setting: str) -> TritonFile:
+        """``setting`` (snake_case, ``serving_groups``) in a stack file."""
+        keys = ("config", "gpuinfra:addons", "triton", _key(setting, camel=True))
+        return cls(path, keys, camel=True)
 
     @classmethod
-    def site(cls, path: Path) -> ModelFile:
-        return cls(path, ("triton_models",), camel=False)
+    def site(cls, path: Path, setting: str) -> TritonFile:
+        """``setting`` (snake_case) in a site's variables file."""
+        return cls(path, (site_key(setting),), camel=False)
+
+
+def site_key(setting: str) -> str:
+    """The site variable that holds a Triton setting."""
+    return f"triton_{setting}"
 
 
 def _yaml() -> YAML:
@@ -52,7 +61,7 @@ def _key(name: str, camel: bool) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _models(document: Any, where: ModelFile | GroupFile) -> list[Any]:
+def _declared(document: Any, where: TritonFile) -> list[Any]:
     node = document
     for key in where.keys:
         if not isinstance(node, dict) or key not in node:
@@ -81,7 +90,7 @@ def _set(target: Any, values: dict[str, Any], camel: bool) -> None:
             target[key] = value
 
 
-def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str]:
+def edit(where: TritonFile, model: str, values: dict[str, Any]) -> tuple[str, str]:
     """The file's text before and after setting ``values`` (snake_case, nested) on ``model``.
 
     Nothing is written: the caller writes the new text once it has shown the change.
@@ -89,7 +98,7 @@ def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str
     before = where.path.read_text("utf-8")
     yaml = _yaml()
     document = yaml.load(before)
-    models = _models(document, where)
+    models = _declared(document, where)
     found = [m for m in models if isinstance(m, dict) and m.get("name") == model]
     if not found:
         names = ", ".join(str(m.get("name")) for m in models if isinstance(m, dict))
@@ -105,25 +114,8 @@ def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str
     return before, buffer.getvalue()
 
 
-@dataclass(frozen=True)
-class GroupFile:
-    """Where the serving groups are declared: the file, and the groups list's key path in it."""
-
-    path: Path
-    keys: tuple[str, ...]
-    camel: bool
-
-    @classmethod
-    def stack(cls, path: Path) -> GroupFile:
-        return cls(path, ("config", "gpuinfra:addons", "triton", "servingGroups"), camel=True)
-
-    @classmethod
-    def site(cls, path: Path) -> GroupFile:
-        return cls(path, ("triton_serving_groups",), camel=False)
-
-
 def canary_weight(
-    where: GroupFile, settings: TritonSettings, group: str, weight: int | None
+    where: TritonFile, settings: TritonSettings, group: str, weight: int | None
 ) -> tuple[str, str]:
     """The file's text before and after giving ``group``'s canary ``weight`` percent of the
     traffic (a canary is added where there is none), or removing the canary (``None``).
@@ -137,7 +129,7 @@ def canary_weight(
     before = where.path.read_text("utf-8")
     yaml = _yaml()
     document = yaml.load(before)
-    groups = _models(document, where)
+    groups = _declared(document, where)
     found = [g for g in groups if isinstance(g, dict) and g.get("name") == group]
     if not found:
         names = ", ".join(str(g.get("name")) for g in groups if isinstance(g, dict))

@@ -16,7 +16,7 @@ from gpuinfra.errors import CheckFailed, UsageError
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
     from gpuinfra.lab.tune import Result
-    from gpuinfra.modeledit import GroupFile, ModelFile
+    from gpuinfra.modeledit import TritonFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
 
@@ -31,19 +31,24 @@ def _levels(text: str, option: str) -> list[int]:
     return values
 
 
-def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, ModelFile, str, Path]:
+def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, TritonFile, str, Path]:
     """The Triton settings, the file that declares their models, a name for the source and
     the directory its measurements go to."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import ModelFile
+    from gpuinfra.modeledit import TritonFile
     from gpuinfra.paths import repo_root
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
         path = config.stack_path(stack)
-        return config.load_stack(stack).addons.triton, ModelFile.stack(path), stack, path.parent
+        return (
+            config.load_stack(stack).addons.triton,
+            TritonFile.stack(path, "models"),
+            stack,
+            path.parent,
+        )
     assert site is not None
     loaded = site_mod.load_site(site)
     settings = addons.settings_from_site(loaded).triton
@@ -56,7 +61,7 @@ def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, Model
     # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
     return (
         settings,
-        ModelFile.site(origin if origin.is_absolute() else repo_root() / origin),
+        TritonFile.site(origin if origin.is_absolute() else repo_root() / origin, "models"),
         loaded.name,
         site,
     )
@@ -216,17 +221,19 @@ def canary(
     say(f"wrote {shown}: review it with `gpuinfra diff`")
 
 
-def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, GroupFile]:
+def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, TritonFile]:
     """The Triton settings, and the file that declares their serving groups."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import GroupFile
+    from gpuinfra.modeledit import TritonFile
     from gpuinfra.paths import repo_root
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
-        return config.load_stack(stack).addons.triton, GroupFile.stack(config.stack_path(stack))
+        return config.load_stack(stack).addons.triton, TritonFile.stack(
+            config.stack_path(stack), "serving_groups"
+        )
     assert site is not None
     loaded = site_mod.load_site(site)
     key = "triton_serving_groups"
@@ -235,7 +242,7 @@ def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings,
         raise UsageError(f"{loaded.name}: no {key} in the site's variables")
     origin = Path(origins[0])
     path = origin if origin.is_absolute() else repo_root() / origin
-    return addons.settings_from_site(loaded).triton, GroupFile.site(path)
+    return addons.settings_from_site(loaded).triton, TritonFile.site(path, "serving_groups")
 
 
 @triton_app.command("verify")
