@@ -31,37 +31,34 @@ def _levels(text: str, option: str) -> list[int]:
     return values
 
 
-def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, TritonFile, str, Path]:
-    """The Triton settings, the file that declares their models, a name for the source and
-    the directory its measurements go to."""
+def _source(
+    stack: str | None, site: Path | None, setting: str = "models"
+) -> tuple[TritonSettings, TritonFile, str, Path]:
+    """The Triton settings, the file that declares their ``setting`` (a list: ``models``,
+    ``serving_groups``), a name for the source and the directory its measurements go to."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import TritonFile
+    from gpuinfra.modeledit import TritonFile, site_key
     from gpuinfra.paths import repo_root
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
         path = config.stack_path(stack)
-        return (
-            config.load_stack(stack).addons.triton,
-            TritonFile.stack(path, "models"),
-            stack,
-            path.parent,
-        )
+        where = TritonFile.stack(path, setting)
+        return config.load_stack(stack).addons.triton, where, stack, path.parent
     assert site is not None
     loaded = site_mod.load_site(site)
     settings = addons.settings_from_site(loaded).triton
-    origins = sorted(
-        {h.origin["triton_models"] for h in loaded.hosts.values() if "triton_models" in h.origin}
-    )
+    key = site_key(setting)
+    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
     if not origins:
-        raise UsageError(f"{loaded.name}: no triton_models in the site's variables")
+        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
     origin = Path(origins[0])
     # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
     return (
         settings,
-        TritonFile.site(origin if origin.is_absolute() else repo_root() / origin, "models"),
+        TritonFile.site(origin if origin.is_absolute() else repo_root() / origin, setting),
         loaded.name,
         site,
     )
@@ -207,7 +204,7 @@ def canary(
 
     if remove == (weight is not None):
         raise UsageError("give exactly one of WEIGHT (0 to 100) or --remove")
-    settings, where = _group_source(stack, site)
+    settings, where, _, _ = _source(stack, site, "serving_groups")
     before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
     shown = display_path(where.path)
     for line in difflib.unified_diff(
@@ -219,30 +216,6 @@ def canary(
         return
     where.path.write_text(after, "utf-8")
     say(f"wrote {shown}: review it with `gpuinfra diff`")
-
-
-def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, TritonFile]:
-    """The Triton settings, and the file that declares their serving groups."""
-    from gpuinfra import addons, config
-    from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import TritonFile
-    from gpuinfra.paths import repo_root
-
-    if (stack is None) == (site is None):
-        raise UsageError("give exactly one of --stack ENV or --site DIR")
-    if stack is not None:
-        return config.load_stack(stack).addons.triton, TritonFile.stack(
-            config.stack_path(stack), "serving_groups"
-        )
-    assert site is not None
-    loaded = site_mod.load_site(site)
-    key = "triton_serving_groups"
-    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
-    if not origins:
-        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
-    origin = Path(origins[0])
-    path = origin if origin.is_absolute() else repo_root() / origin
-    return addons.settings_from_site(loaded).triton, TritonFile.site(path, "serving_groups")
 
 
 @triton_app.command("verify")
