@@ -72,6 +72,18 @@ def _declared(document: Any, where: TritonFile) -> list[Any]:
     return node
 
 
+def _named(entries: list[Any], name: str, where: TritonFile, what: str, plural: str) -> Any:
+    """The entry called ``name``; else one line naming the entries there are."""
+    found = [e for e in entries if isinstance(e, dict) and e.get("name") == name]
+    if not found:
+        names = ", ".join(str(e.get("name")) for e in entries if isinstance(e, dict))
+        raise UsageError(
+            f"{display_path(where.path)}: no {what} {name!r} in {'.'.join(where.keys)} "
+            f"({plural}: {names or 'none'})"
+        )
+    return found[0]
+
+
 def _set(target: Any, values: dict[str, Any], camel: bool) -> None:
     for name, value in values.items():
         key = _key(name, camel)
@@ -99,16 +111,10 @@ def edit(where: TritonFile, model: str, values: dict[str, Any]) -> tuple[str, st
     yaml = _yaml()
     document = yaml.load(before)
     models = _declared(document, where)
-    found = [m for m in models if isinstance(m, dict) and m.get("name") == model]
-    if not found:
-        names = ", ".join(str(m.get("name")) for m in models if isinstance(m, dict))
-        raise UsageError(
-            f"{display_path(where.path)}: no model {model!r} in {'.'.join(where.keys)} "
-            f"(models: {names or 'none'})"
-        )
-    _set(found[0], values, where.camel)
-    index = models.index(found[0])
-    validate(TritonModel, dict(found[0]), display_path(where.path), f"{where.keys[-1]}[{index}]")
+    target = _named(models, model, where, "model", "models")
+    _set(target, values, where.camel)
+    index = models.index(target)
+    validate(TritonModel, dict(target), display_path(where.path), f"{where.keys[-1]}[{index}]")
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     return before, buffer.getvalue()
@@ -130,14 +136,7 @@ def canary_weight(
     yaml = _yaml()
     document = yaml.load(before)
     groups = _declared(document, where)
-    found = [g for g in groups if isinstance(g, dict) and g.get("name") == group]
-    if not found:
-        names = ", ".join(str(g.get("name")) for g in groups if isinstance(g, dict))
-        raise UsageError(
-            f"{shown}: no serving group {group!r} in {'.'.join(where.keys)} "
-            f"(groups: {names or 'none'})"
-        )
-    target = found[0]
+    target = _named(groups, group, where, "serving group", "groups")
     if weight is None:
         if "canary" not in target:
             raise UsageError(f"{shown}: serving group {group!r} has no canary to remove")
