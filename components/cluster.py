@@ -186,48 +186,37 @@ class GpuCluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        cni_role = self._pod_role(f"{name}-vpc-cni", tags, cluster.arn, managed=[CNI_POLICY])
-        aws.eks.Addon(
+        self._pod_identity_addon(
             f"{name}-vpc-cni",
-            cluster_name=cluster.name,
-            addon_name="vpc-cni",
-            pod_identity_associations=[
-                {"role_arn": cni_role.arn, "service_account": CNI_SERVICE_ACCOUNT}
-            ],
+            "vpc-cni",
+            CNI_SERVICE_ACCOUNT,
+            cluster,
+            tags,
+            after_agent,
+            managed=[CNI_POLICY],
             # EKS installed aws-node with the cluster; the add-on takes it over.
             resolve_conflicts_on_create="OVERWRITE",
-            tags=tags,
-            opts=after_agent,
         )
-        ebs_role = self._pod_role(
+        ebs = self._pod_identity_addon(
             f"{name}-ebs-csi",
+            "aws-ebs-csi-driver",
+            "ebs-csi-controller-sa",
+            cluster,
             tags,
-            cluster.arn,
+            after_agent,
             managed=["service-role/AmazonEBSCSIDriverPolicy"],
-        )
-        ebs = aws.eks.Addon(
-            f"{name}-ebs-csi",
-            cluster_name=cluster.name,
-            addon_name="aws-ebs-csi-driver",
-            pod_identity_associations=[
-                {"role_arn": ebs_role.arn, "service_account": "ebs-csi-controller-sa"}
-            ],
-            tags=tags,
-            opts=after_agent,
         )
         read_models = pulumi.Output.all(args.model_bucket_arn, args.model_kms_key_arn).apply(
             lambda arns: _read_bucket_policy(arns[0], arns[1])
         )
-        s3_role = self._pod_role(f"{name}-s3-csi", tags, cluster.arn, inline=read_models)
-        aws.eks.Addon(
+        self._pod_identity_addon(
             f"{name}-s3-csi",
-            cluster_name=cluster.name,
-            addon_name="aws-mountpoint-s3-csi-driver",
-            pod_identity_associations=[
-                {"role_arn": s3_role.arn, "service_account": "s3-csi-driver-sa"}
-            ],
-            tags=tags,
-            opts=after_agent,
+            "aws-mountpoint-s3-csi-driver",
+            "s3-csi-driver-sa",
+            cluster,
+            tags,
+            after_agent,
+            inline=read_models,
         )
         if args.fsx_csi_driver:
             # The file system is made here, not by the driver: static volumes need no AWS role.
@@ -243,15 +232,8 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-model-reader", tags, cluster.arn, inline=read_models
             )
             for ref in args.model_readers:
-                aws.eks.PodIdentityAssociation(
-                    f"{name}-model-reader-{ref.namespace}-{ref.name}",
-                    cluster_name=cluster.name,
-                    namespace=ref.namespace,
-                    service_account=ref.name,
-                    role_arn=reader_role.arn,
-                    tags=tags,
-                    opts=after_agent,
-                )
+                reader = f"{name}-model-reader-{ref.namespace}-{ref.name}"
+                self._pod_identity(reader, ref, reader_role, cluster, tags, after_agent)
 
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority).apply(
@@ -363,15 +345,8 @@ class GpuCluster(pulumi.ComponentResource):
         assert args.eks_name and args.autoscaler_region
         policy = json.dumps(autoscaler.iam_policy(args.eks_name, args.autoscaler_region))
         role = self._pod_role(f"{name}-autoscaler", tags, cluster.arn, inline=policy)
-        aws.eks.PodIdentityAssociation(
-            f"{name}-autoscaler",
-            cluster_name=cluster.name,
-            namespace=autoscaler.NAMESPACE,
-            service_account=autoscaler.NAME,
-            role_arn=role.arn,
-            tags=tags,
-            opts=after_agent,
-        )
+        account = ServiceAccountRef(autoscaler.NAMESPACE, autoscaler.NAME)
+        self._pod_identity(f"{name}-autoscaler", account, role, cluster, tags, after_agent)
         on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
         for obj in autoscaler.objects(
             args.eks_name, args.autoscaler_region, args.autoscaler_versions or pinned()
@@ -381,6 +356,52 @@ class GpuCluster(pulumi.ComponentResource):
             pulumi.CustomResource(
                 token, f"{name}-autoscaler-{str(obj['kind']).lower()}", dict(obj), on_cluster
             )
+
+    def _pod_identity(
+        self,
+        name: str,
+        account: ServiceAccountRef,
+        role: aws.iam.Role,
+        cluster: aws.eks.Cluster,
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> None:
+        """Pods running as ``account`` act through ``role``, by Pod Identity."""
+        aws.eks.PodIdentityAssociation(
+            name,
+            cluster_name=cluster.name,
+            namespace=account.namespace,
+            service_account=account.name,
+            role_arn=role.arn,
+            tags=tags,
+            opts=opts,
+        )
+
+    def _pod_identity_addon(
+        self,
+        name: str,
+        addon: str,
+        service_account: str,
+        cluster: aws.eks.Cluster,
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions,
+        *,
+        managed: list[str] | None = None,
+        inline: pulumi.Input[str] | None = None,
+        **extra: Any,
+    ) -> aws.eks.Addon:
+        """An EKS add-on whose ``service_account`` acts through a role of its own, by Pod
+        Identity: the role holds the ``managed`` policies and the ``inline`` one."""
+        role = self._pod_role(name, tags, cluster.arn, managed=managed, inline=inline)
+        return aws.eks.Addon(
+            name,
+            cluster_name=cluster.name,
+            addon_name=addon,
+            pod_identity_associations=[{"role_arn": role.arn, "service_account": service_account}],
+            tags=tags,
+            opts=opts,
+            **extra,
+        )
 
     def _pod_role(
         self,

@@ -1173,6 +1173,10 @@ def idle_reclaim(state: State) -> list[Finding]:
     """KEDA's ScaledObjects read the Prometheus the Prometheus stack creates, target a GPU
     Deployment no other autoscaler drives, and (on a stack) nodes follow them to zero."""
     found: list[Finding] = []
+
+    def flag(severity: Severity, where: str, path: str, message: str) -> None:
+        found.append(Finding(severity, "idle_reclaim", where, path, message))
+
     prometheus = next((r for r in state.renders if r.name == "prometheus_stack"), None)
     deployments = {
         (o["metadata"].get("namespace"), o["metadata"]["name"]): o
@@ -1194,74 +1198,56 @@ def idle_reclaim(state: State) -> list[Finding]:
             address = trigger.get("metadata", {}).get("serverAddress", "")
             path = f"spec.triggers[{t}].metadata.serverAddress"
             if prometheus is None:
-                found.append(
-                    Finding(
-                        "error",
-                        "idle_reclaim",
-                        label,
-                        path,
-                        f"reads {address}, but the Prometheus stack add-on is not enabled: "
-                        "the trigger never gets a value; enable prometheusStack",
-                    )
+                flag(
+                    "error",
+                    label,
+                    path,
+                    f"reads {address}, but the Prometheus stack add-on is not enabled: "
+                    "the trigger never gets a value; enable prometheusStack",
                 )
             elif address != prometheus_address(prometheus.namespace):
-                found.append(
-                    Finding(
-                        "error",
-                        "idle_reclaim",
-                        label,
-                        path,
-                        f"reads {address}, but the Prometheus stack's Prometheus is "
-                        f"{prometheus_address(prometheus.namespace)}; set keda "
-                        "prometheusAddress to it",
-                    )
+                flag(
+                    "error",
+                    label,
+                    path,
+                    f"reads {address}, but the Prometheus stack's Prometheus is "
+                    f"{prometheus_address(prometheus.namespace)}; set keda "
+                    "prometheusAddress to it",
                 )
         target = obj["spec"]["scaleTargetRef"]["name"]
         key = (namespace, target)
         path = "spec.scaleTargetRef"
         if key in hpa_targets:
-            found.append(
-                Finding(
-                    "error",
-                    "idle_reclaim",
-                    label,
-                    path,
-                    f"Deployment {namespace}/{target} already has a HorizontalPodAutoscaler; "
-                    "two autoscalers fight over its replicas: turn one off",
-                )
+            flag(
+                "error",
+                label,
+                path,
+                f"Deployment {namespace}/{target} already has a HorizontalPodAutoscaler; "
+                "two autoscalers fight over its replicas: turn one off",
             )
         if key not in deployments:
-            found.append(
-                Finding(
-                    "warning",
-                    "idle_reclaim",
-                    label,
-                    path,
-                    f"Deployment {namespace}/{target} is not one gpuinfra applies: it must "
-                    "exist (with GPUs) when KEDA starts, or the ScaledObject stays not Ready",
-                )
+            flag(
+                "warning",
+                label,
+                path,
+                f"Deployment {namespace}/{target} is not one gpuinfra applies: it must "
+                "exist (with GPUs) when KEDA starts, or the ScaledObject stays not Ready",
             )
         elif not any(_gpu_resource(r) for r in _requests(_pod(deployments[key]))):
-            found.append(
-                Finding(
-                    "error",
-                    "idle_reclaim",
-                    label,
-                    path,
-                    f"Deployment {namespace}/{target} requests no GPU: its GPU utilisation is "
-                    "never above the threshold, so it would always be scaled to zero",
-                )
+            flag(
+                "error",
+                label,
+                path,
+                f"Deployment {namespace}/{target} requests no GPU: its GPU utilisation is "
+                "never above the threshold, so it would always be scaled to zero",
             )
     if scaled and state.autoscaler is False:
-        found.append(
-            Finding(
-                "warning",
-                "idle_reclaim",
-                "ScaledObjects",
-                "",
-                "idle Deployments scale to zero but their GPU nodes stay: set "
-                "cluster.autoscaler: true so that the pools follow",
-            )
+        flag(
+            "warning",
+            "ScaledObjects",
+            "",
+            "idle Deployments scale to zero but their GPU nodes stay: set "
+            "cluster.autoscaler: true so that the pools follow",
         )
     return found
 

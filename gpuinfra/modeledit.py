@@ -21,20 +21,29 @@ from gpuinfra.loading import display_path, validate
 
 
 @dataclass(frozen=True)
-class ModelFile:
-    """Where a model is declared: the file, and the models list's key path in it."""
+class TritonFile:
+    """Where a list of Triton's settings (its models, its serving groups) is declared: the
+    file, and the list's key path in it."""
 
     path: Path
     keys: tuple[str, ...]
     camel: bool
 
     @classmethod
-    def stack(cls, path: Path) -> ModelFile:
-        return cls(path, ("config", "gpuinfra:addons", "triton", "models"), camel=True)
+    def stack(cls, path: Path, setting: str) -> TritonFile:
+        """``setting`` (snake_case, ``serving_groups``) in a stack file."""
+        keys = ("config", "gpuinfra:addons", "triton", _key(setting, camel=True))
+        return cls(path, keys, camel=True)
 
     @classmethod
-    def site(cls, path: Path) -> ModelFile:
-        return cls(path, ("triton_models",), camel=False)
+    def site(cls, path: Path, setting: str) -> TritonFile:
+        """``setting`` (snake_case) in a site's variables file."""
+        return cls(path, (site_key(setting),), camel=False)
+
+
+def site_key(setting: str) -> str:
+    """The site variable that holds a Triton setting."""
+    return f"triton_{setting}"
 
 
 def _yaml() -> YAML:
@@ -52,7 +61,7 @@ def _key(name: str, camel: bool) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _models(document: Any, where: ModelFile | GroupFile) -> list[Any]:
+def _declared(document: Any, where: TritonFile) -> list[Any]:
     node = document
     for key in where.keys:
         if not isinstance(node, dict) or key not in node:
@@ -61,6 +70,18 @@ def _models(document: Any, where: ModelFile | GroupFile) -> list[Any]:
     if not isinstance(node, list):
         raise UsageError(f"{display_path(where.path)}: {'.'.join(where.keys)} is not a list")
     return node
+
+
+def _named(entries: list[Any], name: str, where: TritonFile, what: str, plural: str) -> Any:
+    """The entry called ``name``; else one line naming the entries there are."""
+    found = [e for e in entries if isinstance(e, dict) and e.get("name") == name]
+    if not found:
+        names = ", ".join(str(e.get("name")) for e in entries if isinstance(e, dict))
+        raise UsageError(
+            f"{display_path(where.path)}: no {what} {name!r} in {'.'.join(where.keys)} "
+            f"({plural}: {names or 'none'})"
+        )
+    return found[0]
 
 
 def _set(target: Any, values: dict[str, Any], camel: bool) -> None:
@@ -81,7 +102,7 @@ def _set(target: Any, values: dict[str, Any], camel: bool) -> None:
             target[key] = value
 
 
-def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str]:
+def edit(where: TritonFile, model: str, values: dict[str, Any]) -> tuple[str, str]:
     """The file's text before and after setting ``values`` (snake_case, nested) on ``model``.
 
     Nothing is written: the caller writes the new text once it has shown the change.
@@ -89,41 +110,18 @@ def edit(where: ModelFile, model: str, values: dict[str, Any]) -> tuple[str, str
     before = where.path.read_text("utf-8")
     yaml = _yaml()
     document = yaml.load(before)
-    models = _models(document, where)
-    found = [m for m in models if isinstance(m, dict) and m.get("name") == model]
-    if not found:
-        names = ", ".join(str(m.get("name")) for m in models if isinstance(m, dict))
-        raise UsageError(
-            f"{display_path(where.path)}: no model {model!r} in {'.'.join(where.keys)} "
-            f"(models: {names or 'none'})"
-        )
-    _set(found[0], values, where.camel)
-    index = models.index(found[0])
-    validate(TritonModel, dict(found[0]), display_path(where.path), f"{where.keys[-1]}[{index}]")
+    models = _declared(document, where)
+    target = _named(models, model, where, "model", "models")
+    _set(target, values, where.camel)
+    index = models.index(target)
+    validate(TritonModel, dict(target), display_path(where.path), f"{where.keys[-1]}[{index}]")
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     return before, buffer.getvalue()
 
 
-@dataclass(frozen=True)
-class GroupFile:
-    """Where the serving groups are declared: the file, and the groups list's key path in it."""
-
-    path: Path
-    keys: tuple[str, ...]
-    camel: bool
-
-    @classmethod
-    def stack(cls, path: Path) -> GroupFile:
-        return cls(path, ("config", "gpuinfra:addons", "triton", "servingGroups"), camel=True)
-
-    @classmethod
-    def site(cls, path: Path) -> GroupFile:
-        return cls(path, ("triton_serving_groups",), camel=False)
-
-
 def canary_weight(
-    where: GroupFile, settings: TritonSettings, group: str, weight: int | None
+    where: TritonFile, settings: TritonSettings, group: str, weight: int | None
 ) -> tuple[str, str]:
     """The file's text before and after giving ``group``'s canary ``weight`` percent of the
     traffic (a canary is added where there is none), or removing the canary (``None``).
@@ -137,15 +135,8 @@ def canary_weight(
     before = where.path.read_text("utf-8")
     yaml = _yaml()
     document = yaml.load(before)
-    groups = _models(document, where)
-    found = [g for g in groups if isinstance(g, dict) and g.get("name") == group]
-    if not found:
-        names = ", ".join(str(g.get("name")) for g in groups if isinstance(g, dict))
-        raise UsageError(
-            f"{shown}: no serving group {group!r} in {'.'.join(where.keys)} "
-            f"(groups: {names or 'none'})"
-        )
-    target = found[0]
+    groups = _declared(document, where)
+    target = _named(groups, group, where, "serving group", "groups")
     if weight is None:
         if "canary" not in target:
             raise UsageError(f"{shown}: serving group {group!r} has no canary to remove")

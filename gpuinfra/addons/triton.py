@@ -366,15 +366,20 @@ def config_pbtxt(model: TritonModel) -> str:
     return str(text_format.MessageToString(model_config(model)))
 
 
-def repository_problems(models: Iterable[TritonModel], paths: Iterable[str]) -> list[str]:
+def repository_problems(
+    models: Iterable[TritonModel], keys: Iterable[str], prefix: str = ""
+) -> list[str]:
     """What a model repository lacks for the models' version policies, one line per problem.
 
-    ``paths`` are the repository's entries relative to its root, files or directories
-    (``resnet50/1/model.onnx``, ``resnet50/3``), as an S3 listing or a directory walk gives them.
+    ``keys`` are the repository's entries, files or directories (``resnet50/1/model.onnx``,
+    ``resnet50/3``), as an S3 listing or a directory walk gives them. ``prefix`` is where the
+    repository starts among them, an S3 URI's path (``serving/`` of ``s3://models/serving/``):
+    it is taken off each key, and a key outside it is not the repository's.
     Triton refuses a model with no version its policy can serve ("at least one version must be
     available under the version policy"), and a ``specific`` policy names each version it needs.
     """
-    entries = [p.strip("/") for p in paths]
+    start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    entries = [key[len(start) :].strip("/") for key in keys if key.startswith(start)]
     problems = []
     for model in models:
         present: dict[int, set[str]] = {}

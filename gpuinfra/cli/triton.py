@@ -16,7 +16,7 @@ from gpuinfra.errors import CheckFailed, UsageError
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
     from gpuinfra.lab.tune import Result
-    from gpuinfra.modeledit import GroupFile, ModelFile
+    from gpuinfra.modeledit import TritonFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
 
@@ -31,32 +31,34 @@ def _levels(text: str, option: str) -> list[int]:
     return values
 
 
-def _source(stack: str | None, site: Path | None) -> tuple[TritonSettings, ModelFile, str, Path]:
-    """The Triton settings, the file that declares their models, a name for the source and
-    the directory its measurements go to."""
+def _source(
+    stack: str | None, site: Path | None, setting: str = "models"
+) -> tuple[TritonSettings, TritonFile, str, Path]:
+    """The Triton settings, the file that declares their ``setting`` (a list: ``models``,
+    ``serving_groups``), a name for the source and the directory its measurements go to."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import ModelFile
+    from gpuinfra.modeledit import TritonFile, site_key
     from gpuinfra.paths import repo_root
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
         path = config.stack_path(stack)
-        return config.load_stack(stack).addons.triton, ModelFile.stack(path), stack, path.parent
+        where = TritonFile.stack(path, setting)
+        return config.load_stack(stack).addons.triton, where, stack, path.parent
     assert site is not None
     loaded = site_mod.load_site(site)
     settings = addons.settings_from_site(loaded).triton
-    origins = sorted(
-        {h.origin["triton_models"] for h in loaded.hosts.values() if "triton_models" in h.origin}
-    )
+    key = site_key(setting)
+    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
     if not origins:
-        raise UsageError(f"{loaded.name}: no triton_models in the site's variables")
+        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
     origin = Path(origins[0])
     # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
     return (
         settings,
-        ModelFile.site(origin if origin.is_absolute() else repo_root() / origin),
+        TritonFile.site(origin if origin.is_absolute() else repo_root() / origin, setting),
         loaded.name,
         site,
     )
@@ -202,7 +204,7 @@ def canary(
 
     if remove == (weight is not None):
         raise UsageError("give exactly one of WEIGHT (0 to 100) or --remove")
-    settings, where = _group_source(stack, site)
+    settings, where, _, _ = _source(stack, site, "serving_groups")
     before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
     shown = display_path(where.path)
     for line in difflib.unified_diff(
@@ -214,28 +216,6 @@ def canary(
         return
     where.path.write_text(after, "utf-8")
     say(f"wrote {shown}: review it with `gpuinfra diff`")
-
-
-def _group_source(stack: str | None, site: Path | None) -> tuple[TritonSettings, GroupFile]:
-    """The Triton settings, and the file that declares their serving groups."""
-    from gpuinfra import addons, config
-    from gpuinfra import site as site_mod
-    from gpuinfra.modeledit import GroupFile
-    from gpuinfra.paths import repo_root
-
-    if (stack is None) == (site is None):
-        raise UsageError("give exactly one of --stack ENV or --site DIR")
-    if stack is not None:
-        return config.load_stack(stack).addons.triton, GroupFile.stack(config.stack_path(stack))
-    assert site is not None
-    loaded = site_mod.load_site(site)
-    key = "triton_serving_groups"
-    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
-    if not origins:
-        raise UsageError(f"{loaded.name}: no {key} in the site's variables")
-    origin = Path(origins[0])
-    path = origin if origin.is_absolute() else repo_root() / origin
-    return addons.settings_from_site(loaded).triton, GroupFile.site(path)
 
 
 @triton_app.command("verify")
@@ -296,13 +276,10 @@ def repository(
         )
     bucket, _, prefix = repo.s3.removeprefix("s3://").partition("/")
     keys = _s3_keys(bucket, prefix, repo.region, endpoint_url)
-    start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    problems = spec.repository_problems(
-        spec.served_models(settings), [k[len(start) :] for k in keys if k.startswith(start)]
-    )
+    models = spec.served_models(settings)
+    problems = spec.repository_problems(models, keys, prefix)
     if problems:
         raise CheckFailed(problems)
-    models = spec.served_models(settings)
     say(f"{repo.s3}: {len(keys)} objects; every version policy of {source} finds its versions")
     for model in models:
         say(f"  {model.name}: version_policy {model.version_policy.describe()}")

@@ -23,6 +23,7 @@ import functools
 import gzip
 import hashlib
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -266,13 +267,18 @@ KEY_RENEW_DAYS = 30
 
 
 def _gpg(home: Path) -> list[str]:
-    return ["gpg", "--batch", "--quiet", "--homedir", str(home), "--pinentry-mode", "loopback"]
+    return [
+        *("gpg", "--batch", "--quiet", "--homedir", str(home), "--no-autostart"),
+        *("--pinentry-mode", "loopback"),
+    ]
 
 
 def _key_expiry(home: Path) -> float | None:
     """When the stand-in key in ``home`` expires (epoch seconds), or None when there is none."""
     if not (home / "pubring.kbx").exists():
         return None
+    # Which secret keys there are is the agent's to say.
+    _start_agent(home)
     listed = subprocess.run(
         [*_gpg(home), "--with-colons", "--list-secret-keys", _KEY_UID],
         capture_output=True,
@@ -296,19 +302,41 @@ def signing_key(home: Path) -> Path:
             _stop_agent(home)
             shutil.rmtree(home)
         home.mkdir(parents=True, mode=0o700)
+        _start_agent(home)
         gen = [*_gpg(home), "--passphrase", "", "--quick-gen-key", _KEY_UID, "ed25519", "sign"]
-        for attempt in range(3):
-            try:
-                _run([*gen, KEY_LIFETIME])
-                break
-            except ToolError:
-                # gpg starts its agent on demand and gives up when that is slow (a loaded
-                # machine): stop what it left and try again, twice.
-                if attempt == 2 or _key_expiry(home) is not None:
-                    raise
-                _stop_agent(home)
-                time.sleep(1)
+        _run([*gen, KEY_LIFETIME])
     return home
+
+
+def _start_agent(home: Path) -> None:
+    """Start the home's gpg-agent, unless one runs, before the first gpg call that needs it.
+
+    gpg would start one on demand, but waits five seconds for it and then gives up ("no agent
+    running"), as on a loaded machine; so does ``gpgconf --launch``, through the same wait.
+    ``gpg-agent --daemon`` returns once its socket listens, however long that takes, and gpg
+    is told never to start one itself (``--no-autostart``).
+    """
+    listed = _run(["gpgconf", "--homedir", str(home), "--list-dirs", "agent-socket"])
+    with socket.socket(socket.AF_UNIX) as agent, contextlib.suppress(OSError):
+        # One answers here already (an earlier build's): gpg reaches it the same way.
+        agent.connect(listed.stdout.decode().strip())
+        return
+    # The agent keeps what it inherits for its life: no pipe, which would hold the call open.
+    with tempfile.TemporaryFile() as log:
+        try:
+            started = subprocess.run(
+                ["gpg-agent", "--homedir", str(home), "--daemon"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ToolError("gpg-agent is not installed; run scripts/setup.sh") from None
+        log.seek(0)
+        said = log.read().decode(errors="replace").strip().splitlines()
+    if started.returncode != 0:
+        raise ToolError(f"gpg-agent --daemon failed: {said[-1] if said else started.returncode}")
 
 
 def _stop_agent(home: Path) -> None:

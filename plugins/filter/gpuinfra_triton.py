@@ -25,8 +25,6 @@ def triton_repository_problems(
         raise AnsibleFilterError(
             f"the gpuinfra package is not importable by this Ansible ({err})"
         ) from None
-    start = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    relative = [key[len(start) :] for key in keys if key.startswith(start)]
     # Ansible hands over its own container and string types; plain JSON data is what the
     # settings model validates.
     plain = json.loads(json.dumps(models, default=str))
@@ -34,7 +32,7 @@ def triton_repository_problems(
         parsed = triton.served_models(triton.TritonSettings.model_validate(plain))
     else:
         parsed = [triton.TritonModel.model_validate(model) for model in plain]
-    return triton.repository_problems(parsed, relative)
+    return triton.repository_problems(parsed, keys, prefix)
 
 
 def triton_index_problems(index: Any, settings: dict[str, Any], deployment: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -199,6 +201,68 @@ def test_scale_to_zero_without_a_node_autoscaler_is_a_warning() -> None:
     assert any("their GPU nodes stay" in m for m in messages)
     (pool,) = only(findings(cfg), "scale_from_zero")
     assert (pool.severity, pool.object) == ("warning", "node pool l4")
+
+
+def test_each_finding_names_the_object_the_path_and_the_fix() -> None:
+    """The rule's findings whole: an HPA on the target, a target without a GPU, a trigger
+    reading no Prometheus, nodes that do not follow."""
+    triton = {**TRITON, "namespace": "dev", "autoscaling": True}
+    own = {"enabled": True, "idleReclaim": [{"namespace": "dev", "deployment": "triton"}]}
+    cfg = stack("dev", keda=own, triton=triton, prometheusStack={"enabled": False})
+    cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"autoscaler": False})})
+    state = integrity.stack_state(cfg, addons.render_all(cfg.addons))
+
+    def without_gpus(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] != "Deployment":
+            return obj
+        obj = copy.deepcopy(obj)
+        for container in obj["spec"]["template"]["spec"]["containers"]:
+            for asked in container.get("resources", {}).values():
+                asked.pop("nvidia.com/gpu", None)
+        return obj
+
+    renders = tuple(
+        dataclasses.replace(r, objects=[without_gpus(o) for o in r.objects])
+        if r.name == "triton"
+        else r
+        for r in state.renders
+    )
+    found = integrity.idle_reclaim(dataclasses.replace(state, renders=renders))
+    target = "ScaledObject dev/triton-idle-reclaim"
+    assert [dataclasses.astuple(f) for f in found] == [
+        (
+            "error",
+            "idle_reclaim",
+            target,
+            "spec.triggers[0].metadata.serverAddress",
+            f"reads {prometheus_address('monitoring')}, but the Prometheus stack add-on is not "
+            "enabled: the trigger never gets a value; enable prometheusStack",
+        ),
+        (
+            "error",
+            "idle_reclaim",
+            target,
+            "spec.scaleTargetRef",
+            "Deployment dev/triton already has a HorizontalPodAutoscaler; two autoscalers "
+            "fight over its replicas: turn one off",
+        ),
+        (
+            "error",
+            "idle_reclaim",
+            target,
+            "spec.scaleTargetRef",
+            "Deployment dev/triton requests no GPU: its GPU utilisation is never above the "
+            "threshold, so it would always be scaled to zero",
+        ),
+        (
+            "warning",
+            "idle_reclaim",
+            "ScaledObjects",
+            "",
+            "idle Deployments scale to zero but their GPU nodes stay: set cluster.autoscaler: "
+            "true so that the pools follow",
+        ),
+    ]
 
 
 # --- prod -------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -321,6 +322,40 @@ def test_prod_plans_its_alerting_secret_from_secret_config(runs: dict[str, Stack
     assert secret.name in release.dependencies
     values = release.inputs["values"]["alertmanager"]
     assert values["alertmanagerSpec"]["secrets"] == ["alerting"]
+
+
+def test_prod_hands_its_alerting_credentials_to_the_secret_as_pulumi_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each credential reaches the alerting Secret as a Pulumi secret (``require_secret``).
+
+    The Kubernetes SDK marks a Secret's whole data secret whatever it is given, so the plan
+    shows ``[secret]`` either way; a value read with ``require`` would be plain in the
+    program, and in the state of anything else that read it. The Secret's inputs are looked
+    at as the program passes them, before the SDK wraps them.
+    """
+    import pulumi
+    import pulumi_kubernetes as k8s
+    from pulumi.runtime.sync_await import _sync_await
+
+    from gpuinfra import addons
+
+    given: dict[str, dict[str, Any]] = {}
+
+    class Seen(k8s.core.v1.Secret):
+        def __init__(self, resource_name: str, *args: Any, **kwargs: Any) -> None:
+            given[kwargs["metadata"]["name"]] = dict(kwargs.get("string_data") or {})
+            super().__init__(resource_name, *args, **kwargs)
+
+    monkeypatch.setattr(k8s.core.v1, "Secret", Seen)
+    run_stack("prod")
+    renders = addons.render_all(load_stack("prod").addons, versions=versions.pinned())
+    (alerting,) = [s for r in renders for s in r.secrets if s.name == "alerting"]
+    assert sorted(alerting.from_config.values()) == sorted(PROD_SECRET_CONFIG)
+    for key in alerting.from_config:
+        value = given["alerting"][key]
+        assert isinstance(value, pulumi.Output), f"{key}: {value!r} is not a Pulumi secret"
+        assert _sync_await(value.is_secret()), f"{key}: a Pulumi output, but not secret"
 
 
 def test_the_offline_plan_stands_in_for_unset_secret_config_only(

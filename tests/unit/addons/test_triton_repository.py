@@ -12,6 +12,7 @@ from gpuinfra import addons
 from gpuinfra.addons import triton
 from gpuinfra.errors import ConfigError
 from gpuinfra.versions import pinned
+from tests.unit.roles.conftest import ROOT, load_module
 
 MODELS: list[dict[str, Any]] = [
     {
@@ -74,6 +75,38 @@ def test_vllm_needs_its_engine_arguments_in_each_served_version() -> None:
     paths = [*COMPLETE, "llm/2/README"]
     assert triton.repository_problems(_settings().models, paths) == [
         "model 'llm' (version_policy all): llm/2/model.json is missing (the vllm backend reads it)"
+    ]
+
+
+@pytest.mark.parametrize("prefix", ["serving", "serving/", "/serving/"])
+def test_an_s3_listing_is_read_below_the_repositorys_prefix(prefix: str) -> None:
+    listed = [f"serving/{p}" for p in COMPLETE]
+    assert triton.repository_problems(_settings().models, listed, prefix) == []
+    # A key beside the prefix is another repository's: the version there does not count.
+    beside = [p for p in listed if not p.startswith("serving/ranker/")] + [
+        "serving-old/ranker/2/model.py"
+    ]
+    assert triton.repository_problems(_settings().models, beside, prefix) == [
+        "model 'ranker' (version_policy latest 2): no version directory ranker/<number>/"
+    ]
+
+
+def test_the_roles_filter_reads_the_listing_below_the_prefix_as_the_command_does() -> None:
+    """roles/triton lists the bucket and passes the URI's path as the prefix."""
+    filters = load_module(
+        "gpuinfra_triton_filter", ROOT / "plugins" / "filter" / "gpuinfra_triton.py"
+    )
+    check = filters.FilterModule().filters()["gpuinfra_triton_repository_problems"]
+    settings = _settings().model_dump(mode="json")
+    listed = [f"models/serving/{p}" for p in COMPLETE if p != "llm/1/model.json"]
+    missing = ["model 'llm' (version_policy all): no version directory llm/<number>/"]
+    assert check(listed, settings, "models/serving/") == missing
+    assert check([f"models/serving/{p}" for p in COMPLETE], MODELS, "models/serving") == []
+    assert check(listed, settings) == [
+        "model 'resnet50' (version_policy specific [1, 3]): no version directory "
+        "resnet50/1/, resnet50/3/",
+        "model 'ranker' (version_policy latest 2): no version directory ranker/<number>/",
+        *missing,
     ]
 
 

@@ -221,6 +221,10 @@ def arg(
 AS_ROOT = "root reads every file whatever its mode" if os.geteuid() == 0 else None
 PLAN_SITE = ("plan", "--site", SITE, "--format", "json")
 
+# What two or more rows expect: the key and what is allowed.
+MAX_SIZE_INT = ("nodePools[0].maxSize", "valid integer")
+NOT_DEV = ("config.gpuinfra:environment", "allowed: 'dev'")
+
 CASES: list[Case] = [
     # --- stack files: the YAML itself ---------------------------------------------------------
     stack(
@@ -263,8 +267,10 @@ CASES: list[Case] = [
         "line 2",
         "not valid YAML",
     ),
-    stack("stack-empty", put(DEV, ""), "config", "needs a 'config' mapping"),
-    stack("stack-config-list", put(DEV, "config: [1, 2]\n"), "config", "needs a 'config' mapping"),
+    *(
+        stack(case_id, put(DEV, text), "config", "needs a 'config' mapping")
+        for case_id, text in (("stack-empty", ""), ("stack-config-list", "config: [1, 2]\n"))
+    ),
     stack(
         "stack-bool-key",
         sub(DEV, "      rootVolumeGib: 150", "      rootVolumeGib: 150\n      labels: {on: x}"),
@@ -278,23 +284,9 @@ CASES: list[Case] = [
         "quote it",
     ),
     # --- stack files: types are kept --------------------------------------------------------
-    stack(
-        "stack-bool-as-int",
-        sub(DEV, "maxSize: 2", "maxSize: on"),
-        "nodePools[0].maxSize",
-        "valid integer",
-    ),
-    stack(
-        "stack-string-as-int",
-        sub(DEV, "maxSize: 2", 'maxSize: "2"'),
-        "nodePools[0].maxSize",
-        "valid integer",
-    ),
-    stack(
-        "stack-float-as-int",
-        sub(DEV, "maxSize: 2", "maxSize: 2.5"),
-        "nodePools[0].maxSize",
-        "valid integer",
+    *(
+        stack(f"stack-{kind}-as-int", sub(DEV, "maxSize: 2", f"maxSize: {value}"), *MAX_SIZE_INT)
+        for kind, value in (("bool", "on"), ("string", '"2"'), ("float", "2.5"))
     ),
     stack(
         "stack-string-as-bool",
@@ -374,17 +366,12 @@ CASES: list[Case] = [
         "required key is missing",
     ),
     # --- stack files: values, bounds from the catalog and the policy ------------------------
-    stack(
-        "stack-environment-mismatch",
-        sub(DEV, "environment: dev", "environment: prod"),
-        "config.gpuinfra:environment",
-        "allowed: 'dev'",
-    ),
-    stack(
-        "stack-environment-staging",
-        sub(DEV, "environment: dev", "environment: staging"),
-        "config.gpuinfra:environment",
-        "allowed: 'dev'",
+    *(
+        stack(case_id, sub(DEV, "environment: dev", f"environment: {other}"), *NOT_DEV)
+        for case_id, other in (
+            ("stack-environment-mismatch", "prod"),
+            ("stack-environment-staging", "staging"),
+        )
     ),
     stack(
         "stack-environment-unknown",
@@ -796,26 +783,19 @@ CASES: list[Case] = [
         "no group 'gpu_node'",
         "did you mean 'gpu_nodes'",
     ),
-    site_case(
-        "site-gpu-count-bool",
-        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: true\n"),
-        f"{NODE_VARS}/zz.yml",
-        "gpu_node_check_expected_gpu_count",
-        "expected int",
-    ),
-    site_case(
-        "site-gpu-count-17",
-        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: 17\n"),
-        f"{NODE_VARS}/zz.yml",
-        "gpu_node_check_expected_gpu_count",
-        "allowed: 0 to 16",
-    ),
-    site_case(
-        "site-gpu-count-words",
-        put(f"{NODE_VARS}/zz.yml", "gpu_node_check_expected_gpu_count: eight\n"),
-        f"{NODE_VARS}/zz.yml",
-        "gpu_node_check_expected_gpu_count",
-        "expected int",
+    *(
+        site_case(
+            f"site-gpu-count-{case}",
+            put(f"{NODE_VARS}/zz.yml", f"gpu_node_check_expected_gpu_count: {value}\n"),
+            f"{NODE_VARS}/zz.yml",
+            "gpu_node_check_expected_gpu_count",
+            allowed,
+        )
+        for case, value, allowed in (
+            ("bool", "true", "expected int"),
+            ("17", "17", "allowed: 0 to 16"),
+            ("words", "eight", "expected int"),
+        )
     ),
     site_case(
         "site-version-as-float",
@@ -938,43 +918,26 @@ CASES: list[Case] = [
         argv=("config", "check", "--site", "inventory/exmaple"),
     ),
     # --- add-on settings in a site: config check and plan refuse the same ---------------------
-    site_case(
-        "site-kueue-negative",
-        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: -8"),
-        f"{ALL_VARS}/kueue.yml",
-        "kueue_flavors[0].gpus",
-        "greater than or equal to 0",
-    ),
-    site_case(
-        "plan-site-kueue-negative",
-        sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: -8"),
-        f"{ALL_VARS}/kueue.yml",
-        "kueue_flavors[0].gpus",
-        "greater than or equal to 0",
-        argv=PLAN_SITE,
-    ),
-    site_case(
-        "site-triton-delay",
-        sub(
-            f"{ALL_VARS}/triton.yml",
-            "max_queue_delay_microseconds: 200",
-            "max_queue_delay_microseconds: -200",
-        ),
-        f"{ALL_VARS}/triton.yml",
-        "max_queue_delay_microseconds",
-        "greater than or equal to 0",
-    ),
-    site_case(
-        "plan-site-triton-delay",
-        sub(
-            f"{ALL_VARS}/triton.yml",
-            "max_queue_delay_microseconds: 200",
-            "max_queue_delay_microseconds: -200",
-        ),
-        f"{ALL_VARS}/triton.yml",
-        "max_queue_delay_microseconds",
-        "greater than or equal to 0",
-        argv=PLAN_SITE,
+    # Each value made negative.
+    *(
+        site_case(
+            f"{command}site-{case}",
+            sub(file, old, old.replace(": ", ": -")),
+            file,
+            key,
+            "greater than or equal to 0",
+            argv=argv,
+        )
+        for case, file, old, key in (
+            ("kueue-negative", f"{ALL_VARS}/kueue.yml", "gpus: 8", "kueue_flavors[0].gpus"),
+            (
+                "triton-delay",
+                f"{ALL_VARS}/triton.yml",
+                "max_queue_delay_microseconds: 200",
+                "max_queue_delay_microseconds",
+            ),
+        )
+        for command, argv in (("", ("config", "check", "--site", SITE)), ("plan-", PLAN_SITE))
     ),
     site_case(
         "site-triton-model-in-two-groups",
@@ -1106,26 +1069,14 @@ CASES: list[Case] = [
         "compares a commit with the working tree",
         key="diff",
     ),
-    arg(
-        "diff-unknown-base",
-        ("diff", "--base", "no-such-ref", "--stack", "dev"),
-        "--base",
-        "not a commit",
-        edit=git_repo(nothing),
-    ),
-    arg(
-        "diff-site-name-long",
-        ("diff", "--base", "HEAD", "--site", "x" * 300),
-        "--site",
-        "at most 255 bytes",
-        edit=git_repo(nothing),
-    ),
-    arg(
-        "diff-stack-path",
-        ("diff", "--base", "HEAD", "--stack", "../x"),
-        "--stack",
-        "letters, digits",
-        edit=git_repo(nothing),
+    # In a git repository, so that only the argument is wrong.
+    *(
+        arg(case_id, ("diff", "--base", *argv), name, allowed, edit=git_repo(nothing))
+        for case_id, argv, name, allowed in (
+            ("diff-unknown-base", ("no-such-ref", "--stack", "dev"), "--base", "not a commit"),
+            ("diff-site-name-long", ("HEAD", "--site", "x" * 300), "--site", "at most 255 bytes"),
+            ("diff-stack-path", ("HEAD", "--stack", "../x"), "--stack", "letters, digits"),
+        )
     ),
     arg(
         "out-name-too-long",

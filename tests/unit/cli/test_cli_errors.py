@@ -55,83 +55,83 @@ def test_versions_show_json_lists_every_component() -> None:
     assert rows["containerd.releases.trixie"]["tag"] == "1.7.24~ds1-6+deb13u1"
 
 
-def test_unknown_key_is_exit_2(tmp_path: Path) -> None:
+CUDA_13_1 = (
+    "driver 580.159.04 is older than 590.44.01, the minimum for CUDA 13.1 (NVIDIA CUDA Toolkit "
+    "Release Notes, Table 3 (Linux x86_64))"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "text_from", "text_to", "code", "lines"),
+    [
+        pytest.param(
+            "check",
+            "kueue:\n  version:",
+            "kueue:\n  channel: stable\n  version:",
+            2,
+            [
+                "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'digest', 'note', "
+                "'releases', 'source', 'tag' or 'version')"
+            ],
+            id="unknown-key",
+        ),
+        pytest.param(
+            "show",
+            "volcano:\n  version:",
+            "volcano:\n  verison:",
+            2,
+            [
+                "versions.yaml: volcano.verison: unknown key 'verison'; did you mean 'version'?",
+                "versions.yaml: volcano.version: required key is missing",
+            ],
+            id="misspelled-key",
+        ),
+        pytest.param(
+            "check",
+            "packages: [containerd]",
+            "packages: containerd",
+            2,
+            ["versions.yaml: containerd.source.packages: input should be a list, got 'containerd'"],
+            id="wrong-type",
+        ),
+        pytest.param(
+            "check",
+            "source: {type: helm, repository: https://volcano",
+            "source: {type: hlem, repository: https://volcano",
+            2,
+            [
+                "versions.yaml: volcano.source.type: 'hlem' is not allowed; did you mean 'helm'? "
+                "(allowed: 'apt', 'dnf', 'eks', 'eks-ami', 'helm', 'image' or 'preinstalled')"
+            ],
+            id="misspelled-choice",
+        ),
+        pytest.param(
+            "check",
+            'version: "0.19.2"',
+            'version: "latest"',
+            1,
+            ["versions.yaml: kueue.version: 'latest' floats; pin an exact version"],
+            id="floating-version",
+        ),
+        pytest.param(
+            "check",
+            'version: "13.0"',
+            'version: "13.1"',
+            1,
+            [
+                f"versions.yaml: nvidia_driver.cuda_repo.version: {CUDA_13_1}",
+                f"versions.yaml: nvidia_driver.preinstalled.version: {CUDA_13_1}",
+            ],
+            id="driver-too-old-for-cuda",
+        ),
+    ],
+)
+def test_a_bad_pin_is_one_line_per_problem(
+    tmp_path: Path, command: str, text_from: str, text_to: str, code: int, lines: list[str]
+) -> None:
     root = copy_root(tmp_path)
-    edit_versions(root, "kueue:\n  version:", "kueue:\n  channel: stable\n  version:")
-    result = run_cli("versions", "check", root=root)
-    assert_clean_error(
-        result,
-        2,
-        [
-            "versions.yaml: kueue.channel: unknown key 'channel' (allowed: 'digest', 'note', "
-            "'releases', 'source', 'tag' or 'version')"
-        ],
-    )
-
-
-def test_misspelled_key_gets_a_suggestion(tmp_path: Path) -> None:
-    root = copy_root(tmp_path)
-    edit_versions(root, "volcano:\n  version:", "volcano:\n  verison:")
-    result = run_cli("versions", "show", root=root)
-    assert_clean_error(
-        result,
-        2,
-        [
-            "versions.yaml: volcano.verison: unknown key 'verison'; did you mean 'version'?",
-            "versions.yaml: volcano.version: required key is missing",
-        ],
-    )
-
-
-def test_wrong_type_is_exit_2(tmp_path: Path) -> None:
-    root = copy_root(tmp_path)
-    edit_versions(root, "packages: [containerd]", "packages: containerd")
-    result = run_cli("versions", "check", root=root)
-    assert result.code == 2
-    assert (
-        "versions.yaml: containerd.source.packages: input should be a list, got "
-        "'containerd'" in result.stderr
-    )
-
-
-def test_misspelled_choice_gets_a_suggestion(tmp_path: Path) -> None:
-    root = copy_root(tmp_path)
-    edit_versions(
-        root,
-        "source: {type: helm, repository: https://volcano",
-        "source: {type: hlem, repository: https://volcano",
-    )
-    result = run_cli("versions", "check", root=root)
-    assert result.code == 2
-    assert (
-        "versions.yaml: volcano.source.type: 'hlem' is not allowed; did you mean 'helm'?"
-        in result.stderr
-    )
-
-
-def test_floating_version_fails_the_check(tmp_path: Path) -> None:
-    root = copy_root(tmp_path)
-    edit_versions(root, 'version: "0.19.2"', 'version: "latest"')
-    result = run_cli("versions", "check", root=root)
-    assert_clean_error(
-        result, 1, ["versions.yaml: kueue.version: 'latest' floats; pin an exact version"]
-    )
-
-
-def test_incompatible_driver_and_cuda_fail_the_check(tmp_path: Path) -> None:
-    root = copy_root(tmp_path)
-    edit_versions(root, 'version: "13.0"', 'version: "13.1"')
-    result = run_cli("versions", "check", root=root)
-    assert result.code == 1
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert lines == [
-        "error: versions.yaml: nvidia_driver.cuda_repo.version: driver 580.159.04 is older than "
-        "590.44.01, the minimum for CUDA 13.1 (NVIDIA CUDA Toolkit Release Notes, Table 3 "
-        "(Linux x86_64))",
-        "error: versions.yaml: nvidia_driver.preinstalled.version: driver 580.159.04 is older "
-        "than 590.44.01, the minimum for CUDA 13.1 (NVIDIA CUDA Toolkit Release Notes, Table 3 "
-        "(Linux x86_64))",
-    ]
+    edit_versions(root, text_from, text_to)
+    assert_clean_error(run_cli("versions", command, root=root), code, lines)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:

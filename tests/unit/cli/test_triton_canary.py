@@ -92,3 +92,50 @@ def test_a_canary_without_a_gateway_is_refused(
     assert "triton.yml: triton_serving_groups: serving group 'vision' has a canary" in line
     assert "set gateway" in line
     assert variables.read_text() == before
+
+
+def test_a_site_without_serving_groups_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "plain"
+    shutil.copytree(ROOT / "inventory" / "example", copy)
+    code, _, err = _run(capsys, "vision", "10", "--site", str(copy))
+    assert code == 2
+    assert err.strip() == "error: plain: no triton_serving_groups in the site's variables"
+
+
+STACK_TAIL = """\
+    triton:
+      enabled: true
+      modelRepository: {pvc: models}
+      gateway: {name: inference}
+      models:
+        - {name: resnet50, backend: onnxruntime}
+      servingGroups:
+        - name: vision  # the ResNet's own pods
+          models: [resnet50]
+"""
+
+
+def test_a_stacks_group_gets_its_canary_in_the_stack_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("stacks", "policies"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    stack = tmp_path / "stacks" / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + STACK_TAIL)
+    monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path))
+    code, out, err = _run(capsys, "vision", "25", "--stack", "dev")
+    assert code == 0, err
+    assert stack.read_text().endswith(
+        "        - name: vision  # the ResNet's own pods\n"
+        "          models: [resnet50]\n"
+        "          canary:\n"
+        "            weight: 25\n"
+    )
+    assert "+          canary:" in out
+    code, _, err = _run(capsys, "bert", "25", "--stack", "dev")
+    assert code == 2
+    assert "no serving group 'bert' in config.gpuinfra:addons.triton.servingGroups" in err

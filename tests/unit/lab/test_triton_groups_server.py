@@ -7,35 +7,15 @@ it these tests skip, except under ``GPUINFRA_REQUIRE_TRITON=1``.
 
 from __future__ import annotations
 
-import itertools
-import os
 from pathlib import Path
 
 import pytest
 
 from gpuinfra import addons
 from gpuinfra.addons import triton
-from gpuinfra.errors import UsageError
 from gpuinfra.lab import triton as local
 from tests.unit.addons.conftest import SCENARIOS
-
-_PORTS = itertools.count(18500, 3)
-
-
-@pytest.fixture(scope="module")
-def inst() -> local.Installation:
-    try:
-        return local.installation()
-    except UsageError as missing:
-        if os.environ.get("GPUINFRA_REQUIRE_TRITON") == "1":
-            pytest.fail(str(missing))
-        pytest.skip(str(missing))
-
-
-def _ports() -> tuple[int, int, int]:
-    first = next(_PORTS)
-    return first, first + 1, first + 2
-
+from tests.unit.lab.conftest import ports
 
 SETTINGS = addons.AddonsSettings.model_validate(SCENARIOS["serving-groups"]).triton
 GROUPS = {g.name: g for g in triton.groups(SETTINGS)}
@@ -61,7 +41,7 @@ def test_each_group_serves_only_its_models_at_the_declared_versions(
         inst,
         repository / "models",
         repository / "backends",
-        ports=_ports(),
+        ports=ports(),
         model_args=triton.model_args(group),
     )
     try:
@@ -129,7 +109,7 @@ def test_verify_checks_one_groups_server_against_its_own_policies(
         inst,
         repository,
         backend_dir,
-        ports=_ports(),
+        ports=ports(),
         model_args=triton.model_args(by_name["triton-vision"]),
     )
     try:
@@ -147,7 +127,7 @@ def test_verify_checks_one_groups_server_against_its_own_policies(
         inst,
         repository,
         backend_dir,
-        ports=_ports(),
+        ports=ports(),
         model_args=triton.model_args(by_name["triton-vision-canary"]),
     )
     try:
@@ -178,7 +158,7 @@ def test_the_roles_index_check_reads_the_real_http_index(
         inst,
         repository / "models",
         repository / "backends",
-        ports=_ports(),
+        ports=ports(),
         model_args=triton.model_args(GROUPS["triton-bert-canary"]),
     )
     try:
@@ -211,7 +191,7 @@ def test_a_canary_without_its_own_policies_reads_stables_config(
     (canary,) = [g for g in triton.groups(settings) if g.track == "canary"]
     assert "--model-config-name=canary" in triton.model_args(canary)
     with local.serving(
-        inst, tmp_path, list(settings.models), files, ports=_ports(),
+        inst, tmp_path, list(settings.models), files, ports=ports(),
         model_args=triton.model_args(canary),
     ) as server:  # fmt: skip
         assert server.client().is_model_ready("ranker", "1")

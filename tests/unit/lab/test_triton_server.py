@@ -7,12 +7,11 @@ installs it), bound to 127.0.0.1. Without it these tests skip, except under
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import text_format
@@ -22,28 +21,11 @@ from gpuinfra import addons, config
 from gpuinfra import site as site_mod
 from gpuinfra.addons import triton
 from gpuinfra.addons.triton import TritonModel, TritonSettings
-from gpuinfra.errors import ConfigError, UsageError
+from gpuinfra.errors import ConfigError
 from gpuinfra.lab import triton as local
 from tests.conftest import ROOT
 from tests.unit.addons.conftest import SCENARIOS
-
-# Three ports per server, from this project's range on loopback.
-_PORTS = itertools.count(18420, 3)
-
-
-@pytest.fixture(scope="module")
-def inst() -> local.Installation:
-    try:
-        return local.installation()
-    except UsageError as missing:
-        if os.environ.get("GPUINFRA_REQUIRE_TRITON") == "1":
-            pytest.fail(str(missing))
-        pytest.skip(str(missing))
-
-
-def _ports() -> tuple[int, int, int]:
-    first = next(_PORTS)
-    return first, first + 1, first + 2
+from tests.unit.lab.conftest import ports
 
 
 def _sources() -> Iterator[tuple[str, TritonSettings]]:
@@ -73,7 +55,7 @@ def test_every_rendered_config_loads_and_is_served_as_rendered(
 ) -> None:
     settings = SOURCES[source]
     files = dict(addons.render("triton", settings).files)
-    with local.serving(inst, tmp_path, list(settings.models), files, ports=_ports()) as server:
+    with local.serving(inst, tmp_path, list(settings.models), files, ports=ports()) as server:
         client = server.client()
         index = client.get_model_repository_index().models
         states = {(m.name, int(m.version)): m.state for m in index}
@@ -101,39 +83,45 @@ def _refused(inst: local.Installation, tmp_path: Path, name: str, pbtxt: str) ->
     (tmp_path / "models" / name / "config.pbtxt").write_text(pbtxt)
     backend_dir = local.backends(inst, tmp_path / "backends")
     with pytest.raises(local.TritonRefused) as refused:
-        local.start(inst, tmp_path / "models", backend_dir, ports=_ports()).stop()
+        local.start(inst, tmp_path / "models", backend_dir, ports=ports()).stop()
     return str(refused.value)
 
 
-BATCHING = "max_batch_size: 8\ndynamic_batching { preferred_batch_size: [16] }\n"
-
-
-def test_a_preferred_batch_above_the_maximum(inst: local.Installation, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="preferredBatchSize values must lie between 1 and "):
-        addons.parse_settings(
-            "triton",
+@pytest.mark.parametrize(
+    ("model", "refusal", "pbtxt", "tritons"),
+    [
+        pytest.param(
             {
-                "models": [
-                    {
-                        "name": "m",
-                        "backend": "onnxruntime",
-                        "maxBatchSize": 8,
-                        "dynamicBatching": {"preferredBatchSize": [16]},
-                    }
-                ]
+                "backend": "onnxruntime",
+                "maxBatchSize": 8,
+                "dynamicBatching": {"preferredBatchSize": [16]},
             },
-        )
-    error = _refused(inst, tmp_path, "m", f'name: "m"\nbackend: "onnxruntime"\n{BATCHING}')
-    assert "dynamic batching preferred size must be <= max batch size" in error
-
-
-def test_an_unknown_field(inst: local.Installation, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="maxBatchSise"):
-        addons.parse_settings(
-            "triton", {"models": [{"name": "m", "backend": "python", "maxBatchSise": 8}]}
-        )
-    error = _refused(inst, tmp_path, "m", 'name: "m"\nbackend: "python"\nmax_batch_sise: 8\n')
-    assert 'no field named "max_batch_sise"' in error
+            "preferredBatchSize values must lie between 1 and ",
+            "max_batch_size: 8\ndynamic_batching { preferred_batch_size: [16] }\n",
+            "dynamic batching preferred size must be <= max batch size",
+            id="a-preferred-batch-above-the-maximum",
+        ),
+        pytest.param(
+            {"backend": "python", "maxBatchSise": 8},
+            "maxBatchSise",
+            "max_batch_sise: 8\n",
+            'no field named "max_batch_sise"',
+            id="an-unknown-field",
+        ),
+    ],
+)
+def test_gpuinfra_refuses_what_triton_refuses(
+    inst: local.Installation,
+    tmp_path: Path,
+    model: dict[str, Any],
+    refusal: str,
+    pbtxt: str,
+    tritons: str,
+) -> None:
+    with pytest.raises(ConfigError, match=refusal):
+        addons.parse_settings("triton", {"models": [{"name": "m", **model}]})
+    error = _refused(inst, tmp_path, "m", f'name: "m"\nbackend: "{model["backend"]}"\n{pbtxt}')
+    assert tritons in error
 
 
 def test_a_name_that_differs_from_its_directory(inst: local.Installation, tmp_path: Path) -> None:
@@ -179,7 +167,7 @@ def test_verify_reads_the_served_versions_against_the_declared_policies(
 ) -> None:
     settings = SOURCES["site-example"]
     files = dict(addons.render("triton", settings).files)
-    with local.serving(inst, tmp_path, list(settings.models), files, ports=_ports()) as server:
+    with local.serving(inst, tmp_path, list(settings.models), files, ports=ports()) as server:
         done = _verify(server.grpc_url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resnet50 1: READY" in done.stdout
@@ -190,9 +178,7 @@ def test_verify_reads_the_served_versions_against_the_declared_policies(
         update={"version_policy": triton.VersionPolicy(policy="specific", versions=[1, 2])}
     )
     other = tmp_path / "two"
-    with local.serving(
-        inst, other, [two], dict(triton.ModelFiles([two])), ports=_ports()
-    ) as server:
+    with local.serving(inst, other, [two], dict(triton.ModelFiles([two])), ports=ports()) as server:
         done = _verify(server.grpc_url)
     assert done.returncode == 1
     assert done.stderr.strip() == (
@@ -235,7 +221,7 @@ def test_the_metrics_the_alerts_read_are_what_triton_exposes(
 
     model = TritonModel(name="m", backend="onnxruntime", max_batch_size=4)
     files = dict(triton.ModelFiles([model]))
-    with local.serving(inst, tmp_path, [model], files, ports=_ports()) as server:
+    with local.serving(inst, tmp_path, [model], files, ports=ports()) as server:
         given = InferInput(local.STANDIN_INPUT, [1, local.STANDIN_DIMS], "FP32")
         given.set_data_from_numpy(np.zeros((1, local.STANDIN_DIMS), dtype=np.float32))
         server.client().infer("m", [given])

@@ -221,13 +221,19 @@ def test_limits_do_not_come_from_the_stack_file(tmp_path: Path) -> None:
     ]
 
 
-def test_config_check_refuses_a_pool_type_its_environment_does_not_allow(tmp_path: Path) -> None:
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A repository of the pins, the stacks and the policy pack, for `config check` to read."""
     root = tmp_path / "repo"
     root.mkdir()
     for name in ("versions.yaml", "Pulumi.yaml"):
         shutil.copy(ROOT / name, root / name)
     for name in ("stacks", "policies"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_config_check_refuses_a_pool_type_its_environment_does_not_allow(root: Path) -> None:
     stack = root / "stacks" / "Pulumi.staging.yaml"
     stack.write_text(
         stack.read_text().replace("instanceType: g6e.xlarge", "instanceType: g6e.4xlarge")
@@ -241,13 +247,7 @@ def test_config_check_refuses_a_pool_type_its_environment_does_not_allow(tmp_pat
     )
 
 
-def test_config_check_refuses_an_environment_other_than_the_stack_names(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    for name in ("versions.yaml", "Pulumi.yaml"):
-        shutil.copy(ROOT / name, root / name)
-    for name in ("stacks", "policies"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+def test_config_check_refuses_an_environment_other_than_the_stack_names(root: Path) -> None:
     stack = root / "stacks" / "Pulumi.staging.yaml"
     stack.write_text(stack.read_text().replace("environment: staging", "environment: dev"))
     result = run_cli("config", "check", "--stack", "staging", root=root)
