@@ -150,7 +150,7 @@ def test_the_toolkit_role_alone_refuses_an_unsupported_release_before_writing(
     )
     # Refused in preflight: neither the key nor the source was reached.
     assert "TASK [nvidia_container_toolkit : Repository" not in result.stdout
-    assert "the release is one the role is tested on" in output
+    assert "the distribution and release are ones the role is tested on" in output
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
