@@ -23,7 +23,7 @@ import testinfra
 from gpuinfra import lab, versions
 from gpuinfra.lab import aptrepo, runner
 
-from .conftest import PORT_BASE, PREFIX, host_connection
+from .conftest import PREFIX, host_connection, side_lab, side_lab_running
 
 pytestmark = pytest.mark.lab
 
@@ -46,18 +46,12 @@ def docker_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aptrepo.Re
 
 @pytest.fixture(scope="module")
 def docker_settings() -> lab.Settings:
-    # Host N of the main lab listens on PORT_BASE + N (N <= 32), the trixie lab's on +41.
-    return lab.Settings.from_env(prefix=f"{PREFIX}d", port_base=PORT_BASE + 45)
+    return side_lab("d")
 
 
 @pytest.fixture(scope="module")
 def docker_inventory(docker_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[Path]:
-    lab.down(docker_settings)
-    lab.up(docker_settings, 2, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
-    try:
-        yield docker_settings.hosts_file
-    finally:
-        lab.down(docker_settings)
+    yield from side_lab_running(docker_settings, len(HOSTS), toolkit_repo)
 
 
 def docker_vars(server: aptrepo.Server, repo: aptrepo.Repository) -> dict[str, Any]:
