@@ -28,8 +28,9 @@ controller's (ansible-playbook and its workers) and the hosts' (podman's count p
 target on this machine.
 
 The re-converge also records the tasks each host ran or skipped and the controller's CPU time
-(median). Their ratio, per host and task, moves little between plays (57 ms and 68 ms in
-docs/decisions/0070), so it tells a play that runs more steps from one whose steps cost more.
+(median). Their ratio, per host and task, moves little between plays of the same N (57 ms and
+68 ms on four hosts in docs/decisions/0070), so it tells a play that runs more steps from one
+whose steps cost more. It includes ansible-playbook's own start, which weighs more on fewer hosts.
 
     .venv/bin/python benchmarks/nodes.py --hosts 1,2,4
 """
