@@ -27,6 +27,11 @@ controller's (ansible-playbook and its workers) and the hosts' (podman's count p
 ``first_converge_cpu_s``. Where a bound exceeds the first-converge target, no play can meet the
 target on this machine.
 
+The re-converge also records the tasks each host ran or skipped and the controller's CPU time
+(median). Their ratio, per host and task, moves little between plays of the same N (57 ms and
+68 ms on four hosts in docs/decisions/0070), so it tells a play that runs more steps from one
+whose steps cost more. It includes ansible-playbook's own start, which weighs more on fewer hosts.
+
     .venv/bin/python benchmarks/nodes.py --hosts 1,2,4
 """
 
@@ -212,14 +217,20 @@ def measure(
     }
     # A second or two on a shared machine moves by a tenth either way: each of these is the median
     # of `repeat` runs, taken in turns so that a slow spell hits both.
-    facts, agains = [], []
+    facts, agains, again_cpus = [], [], []
     for _ in range(repeat):
         facts.append(fact_floor(settings.hosts_file, limit))
+        cpu_before_again = controller_cpu_s()
         seconds, again = timed(lambda: runner.converge(playbook, settings.hosts_file, limit=limit))
+        again_cpus.append(controller_cpu_s() - cpu_before_again)
         if not again.ok or sum(again.changed().values()):
             raise SystemExit(f"re-converge changed {again.changed()} or failed: {again.failures}")
         agains.append(seconds)
-    facts_s, again_s = median_of(facts), median_of(agains)
+    facts_s, again_s, again_cpu_s = median_of(facts), median_of(agains), median_of(again_cpus)
+    # What a re-converge is made of: each task a host runs or skips costs the controller about the
+    # same (a worker, the host's variables, the result), so the count and the CPU per task tell a
+    # play that does more from one whose steps cost more.
+    tasks = max(counts["ok"] + counts["skipped"] for counts in again.recap.values())
     packages_s, (packages_cpu_s,) = package_floor(settings, [floor], donor)
     parallel_s = package_floor(settings, floors, donor)[0] if floors else packages_s
     cpus = len(os.sched_getaffinity(0))
@@ -232,6 +243,9 @@ def measure(
         "reconverge_s": round(again_s, 2),
         "reconverge_changed": sum(again.changed().values()),
         "reconverge_samples_s": [round(x, 2) for x in agains],
+        "reconverge_controller_cpu_s": round(again_cpu_s, 2),
+        "reconverge_tasks_per_host": tasks,
+        "reconverge_cpu_per_host_task_ms": round(1000 * again_cpu_s / (tasks * count)),
         "fact_floor_s": round(facts_s, 2),
         "fact_floor_samples_s": [round(x, 2) for x in facts],
         "package_floor_s": round(packages_s, 1),
@@ -280,7 +294,10 @@ def run_all(
                 print(
                     f"N={count}: first {row['first_converge_s']}s (apt per host: "
                     f"{', '.join(map(str, row['first_converge_apt_s'].values()))}s), re-converge "
-                    f"{row['reconverge_s']}s (changed={row['reconverge_changed']}), fact floor "
+                    f"{row['reconverge_s']}s (changed={row['reconverge_changed']}; "
+                    f"{row['reconverge_tasks_per_host']} tasks per host, controller CPU "
+                    f"{row['reconverge_controller_cpu_s']}s, "
+                    f"{row['reconverge_cpu_per_host_task_ms']} ms per host and task), fact floor "
                     f"{row['fact_floor_s']}s, package floor {row['package_floor_s']}s "
                     f"(on {count} at once: {row['package_floor_parallel_s']}s) | "
                     f"re/fact {row['reconverge_over_fact_floor']}x (target <=2), "

@@ -82,6 +82,32 @@ def second_converge(
     )
 
 
+# Labs of their own beside the suite's main lab, for hosts no other test may touch: the letter
+# ends their prefix, the offset starts their ports above the main lab's (host N on PORT_BASE + N,
+# N <= 32). One table, so that no two share a name or a port.
+SIDE_LABS = {"t": 40, "d": 45}
+
+
+def side_lab(letter: str, suite: str | None = None) -> lab.Settings:
+    """The settings of the side lab named by ``letter`` (SIDE_LABS), of Debian ``suite``."""
+    return lab.Settings.from_env(
+        prefix=f"{PREFIX}{letter}", port_base=PORT_BASE + SIDE_LABS[letter], suite=suite
+    )
+
+
+def side_lab_running(
+    settings: lab.Settings, hosts: int, toolkit_repo: aptrepo.Server
+) -> Iterator[Path]:
+    """Fresh hosts of a side lab for one module's tests; its inventory while they run, removed
+    after (also what an earlier, interrupted run left)."""
+    lab.down(settings)
+    lab.up(settings, hosts, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
+    try:
+        yield settings.hosts_file
+    finally:
+        lab.down(settings)
+
+
 def host_connection(settings: lab.Settings, name: str) -> testinfra.host.Host:
     port = next(h.port for h in lab.hosts(settings) if h.name == name)
     return testinfra.get_host(

@@ -9,10 +9,17 @@ Two hosts of their own lab (its own prefix, ports above the main lab's and the t
 fresh one, and one first converged on Debian's containerd (the distro source). Both then converge
 with the docker source pointed at the stand-in, then again, then with the distro source, which
 the role refuses.
+
+The stand-in's binaries are Debian 12's containerd 1.6. Docker's containerd.io is containerd 2,
+which reads version 2 files by migrating them. So the files the role wrote are also read and
+served by a containerd 2 binary from Debian's development suite (sid), which apt fetches and
+checks, on one of the hosts: extracted beside the host's own containerd, never installed.
 """
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +30,7 @@ import testinfra
 from gpuinfra import lab, versions
 from gpuinfra.lab import aptrepo, runner
 
-from .conftest import PORT_BASE, PREFIX, host_connection
+from .conftest import PREFIX, host_connection, side_lab, side_lab_running
 
 pytestmark = pytest.mark.lab
 
@@ -46,18 +53,12 @@ def docker_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aptrepo.Re
 
 @pytest.fixture(scope="module")
 def docker_settings() -> lab.Settings:
-    # Host N of the main lab listens on PORT_BASE + N (N <= 32), the trixie lab's on +41.
-    return lab.Settings.from_env(prefix=f"{PREFIX}d", port_base=PORT_BASE + 45)
+    return side_lab("d")
 
 
 @pytest.fixture(scope="module")
 def docker_inventory(docker_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[Path]:
-    lab.down(docker_settings)
-    lab.up(docker_settings, 2, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
-    try:
-        yield docker_settings.hosts_file
-    finally:
-        lab.down(docker_settings)
+    yield from side_lab_running(docker_settings, len(HOSTS), toolkit_repo)
 
 
 def docker_vars(server: aptrepo.Server, repo: aptrepo.Repository) -> dict[str, Any]:
@@ -165,3 +166,77 @@ def test_going_back_to_the_distro_source_is_refused_and_changes_nothing(
     assert back.changed() == dict.fromkeys(HOSTS, 0)
     assert back.failed_hosts() == set(HOSTS)
     assert node.package("containerd.io").version == CONTAINERD_IO
+
+
+# apt's options for a list of sid's packages of its own, apart from the host's sources. A frozen
+# mirror serves a sid Release past its Valid-Until date; the signature is still checked.
+SID_APT = (
+    "-o Dir::Etc::SourceList=/tmp/sid/sid.list -o Dir::Etc::SourceParts=/tmp/sid/parts "
+    "-o Dir::State::Lists=/tmp/sid/lists -o Acquire::Check-Valid-Until=false"
+)
+CONTAINERD_2 = "/opt/gpuinfra-test/containerd-2/usr/bin"
+
+
+@pytest.fixture(scope="module")
+def containerd_2(
+    docker_settings: lab.Settings,
+    converges: tuple[runner.RunResult, runner.RunResult, runner.RunResult],
+) -> testinfra.host.Host:
+    """The fresh host, with sid's containerd extracted under CONTAINERD_2."""
+    del converges
+    fresh = host_connection(docker_settings, FRESH)
+    fresh.check_output(
+        "mkdir -p /tmp/sid/lists/partial /tmp/sid/parts /opt/gpuinfra-test/containerd-2 && "
+        "echo 'deb http://deb.debian.org/debian sid main' > /tmp/sid/sid.list && "
+        f"apt-get {SID_APT} -qq update && cd /tmp/sid && "
+        f"apt-get {SID_APT} -qq download containerd/sid && "
+        "dpkg-deb -x /tmp/sid/containerd_*.deb /opt/gpuinfra-test/containerd-2"
+    )
+    version = fresh.check_output(f"{CONTAINERD_2}/containerd --version")
+    assert re.search(r" v?2\.\d+\.\d+", version), version
+    return fresh
+
+
+def test_containerd_2_reads_the_nvidia_runtime_from_the_roles_files(
+    containerd_2: testinfra.host.Host,
+) -> None:
+    dump = tomllib.loads(
+        containerd_2.check_output(
+            f"{CONTAINERD_2}/containerd --config /etc/containerd/config.toml config dump"
+        )
+    )
+    assert dump["version"] == 3
+    cri = dump["plugins"]["io.containerd.cri.v1.runtime"]
+    runtimes = cri["containerd"]["runtimes"]
+    assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert runtimes["nvidia"]["options"]["SystemdCgroup"] is True
+    assert runtimes["runc"]["options"]["SystemdCgroup"] is True
+    # The same default runtime as the host's own containerd reads from the same files.
+    own = tomllib.loads(containerd_2.check_output("containerd config dump"))
+    default = own["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
+    assert cri["containerd"]["default_runtime_name"] == default
+    # containerd 2 hands CDI devices to the pods itself (the integrity check counts on it).
+    assert cri["enable_cdi"] is True
+
+
+def test_containerd_2_serves_cri_from_the_roles_files(containerd_2: testinfra.host.Host) -> None:
+    # Its own root, state and socket, so that the host's containerd runs on untouched.
+    started = containerd_2.check_output(
+        "mkdir -p /run/gpuinfra-c2 /var/lib/gpuinfra-c2 && "
+        f"{{ {CONTAINERD_2}/containerd --config /etc/containerd/config.toml "
+        "--root /var/lib/gpuinfra-c2 --state /run/gpuinfra-c2 "
+        "--address /run/gpuinfra-c2/containerd.sock >/run/gpuinfra-c2/log 2>&1 & echo $!; }"
+    )
+    pid = int(started.split()[-1])
+    try:
+        plugins = containerd_2.check_output(
+            "for i in $(seq 50); do [ -S /run/gpuinfra-c2/containerd.sock ] && break; sleep 0.2; "
+            f"done; {CONTAINERD_2}/ctr --address /run/gpuinfra-c2/containerd.sock plugins ls"
+        )
+    finally:
+        containerd_2.run(f"kill {pid}")
+    rows = [line.split() for line in plugins.splitlines()]
+    assert ["io.containerd.grpc.v1", "cri", "-", "ok"] in rows, plugins
+    assert ["io.containerd.cri.v1", "runtime", "linux/amd64", "ok"] in rows, plugins
+    assert containerd_2.service("containerd").is_running

@@ -16,7 +16,7 @@ import testinfra
 from gpuinfra import lab, versions
 from gpuinfra.lab import aptrepo, runner
 
-from .conftest import PORT_BASE, PREFIX, host_connection
+from .conftest import PREFIX, host_connection, side_lab, side_lab_running
 
 pytestmark = pytest.mark.lab
 
@@ -28,18 +28,12 @@ HOST = f"{PREFIX}t-1"
 
 @pytest.fixture(scope="module")
 def trixie_settings() -> lab.Settings:
-    # Host N of the main lab listens on PORT_BASE + N (N <= 32): this lab starts above it.
-    return lab.Settings.from_env(prefix=f"{PREFIX}t", port_base=PORT_BASE + 40, suite="trixie")
+    return side_lab("t", suite="trixie")
 
 
 @pytest.fixture(scope="module")
 def trixie_inventory(trixie_settings: lab.Settings, toolkit_repo: aptrepo.Server) -> Iterator[Path]:
-    lab.down(trixie_settings)
-    lab.up(trixie_settings, 1, repo_url=toolkit_repo.url, repo_fingerprint=toolkit_repo.fingerprint)
-    try:
-        yield trixie_settings.hosts_file
-    finally:
-        lab.down(trixie_settings)
+    yield from side_lab_running(trixie_settings, 1, toolkit_repo)
 
 
 @pytest.fixture(scope="module")

@@ -216,6 +216,18 @@ def site_copy(tmp_path: Path, edit_hosts: dict[str, dict[str, Any]]) -> Path:
     return site
 
 
+TOOLKIT_VARS = Path("group_vars") / "gpu_nodes" / "container_toolkit.yml"
+DEFAULT_RUNTIME_ON = "nvidia_container_toolkit_default_runtime: true"
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    """Edit a file of a copied site. The old text must be there: an edit that matched nothing
+    would leave the example as it is and let the test pass for the wrong reason."""
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    path.write_text(text.replace(old, new))
+
+
 def site_findings(path: Path) -> list[integrity.Finding]:
     from gpuinfra import site as site_mod
 
@@ -256,12 +268,8 @@ def test_a_gpu_pod_on_containerd_16_without_the_nvidia_default_runtime_gets_no_g
     tmp_path: Path,
 ) -> None:
     site = site_copy(tmp_path, {})
-    toolkit = site / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
-    toolkit.write_text(
-        toolkit.read_text().replace(
-            "nvidia_container_toolkit_default_runtime: true",
-            "nvidia_container_toolkit_default_runtime: false",
-        )
+    replace_in(
+        site / TOOLKIT_VARS, DEFAULT_RUNTIME_ON, "nvidia_container_toolkit_default_runtime: false"
     )
     errors = {f.object: f for f in site_findings(site) if f.severity == "error"}
     # The GPU smoke test would find no GPU there either.
@@ -275,13 +283,11 @@ def test_hosts_on_dockers_containerd_read_cdi_without_the_default_runtime(
     tmp_path: Path,
 ) -> None:
     site = site_copy(tmp_path, {})
-    toolkit = site / "group_vars" / "gpu_nodes" / "container_toolkit.yml"
-    toolkit.write_text(
-        toolkit.read_text().replace(
-            "nvidia_container_toolkit_default_runtime: true",
-            "nvidia_container_toolkit_default_runtime: false\n"
-            "nvidia_container_toolkit_containerd_source: docker",
-        )
+    replace_in(
+        site / TOOLKIT_VARS,
+        DEFAULT_RUNTIME_ON,
+        "nvidia_container_toolkit_default_runtime: false\n"
+        "nvidia_container_toolkit_containerd_source: docker",
     )
     # containerd 2.3 from Docker's repository reads the CDI devices itself.
     assert [f for f in site_findings(site) if f.severity == "error"] == []
@@ -354,8 +360,11 @@ def test_triton_on_a_gpu_forward_compatibility_does_not_serve_is_an_error(
     # A GPU the support table does not know is no data center GPU to forward compatibility:
     # the CUDA 13 image then needs the 580 driver.
     site = site_copy(tmp_path, {"gpu-node-02": {"gpu_node_registration_gpu_type": "rtx4090"}})
-    triton = site / "group_vars" / "all" / "triton.yml"
-    triton.write_text(triton.read_text().replace("triton_gpu_type: l4", "triton_gpu_type: rtx4090"))
+    replace_in(
+        site / "group_vars" / "all" / "triton.yml",
+        "triton_gpu_type: l4",
+        "triton_gpu_type: rtx4090",
+    )
     (error,) = only(site_findings(site), "drivers")
     assert error.object == "Deployment triton/triton"
     assert "built on CUDA 13, which needs driver 580.65.06 or newer" in error.message
