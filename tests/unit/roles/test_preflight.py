@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,11 +18,59 @@ import yaml
 from .conftest import ROOT, run_playbook_here
 
 
+def localhost_inventory(tmp_path: Path) -> Path:
+    """An inventory whose one GPU node is this machine."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    return inventory
+
+
+def this_release() -> str:
+    """This machine's Debian codename."""
+    return subprocess.run(
+        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def variables_play(
+    tmp_path: Path, versions: Path, roles: list[str], tasks: list[Any], *extra_vars: str
+) -> str:
+    """What ``tasks`` print on this machine, after a play loaded ``versions`` and ``roles`` (their
+    variables only: their own tasks are tagged never). Fails on a failed play."""
+    playbook = tmp_path / "variables.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "gpu_nodes",
+                    "gather_subset": ["min"],
+                    "pre_tasks": [
+                        {
+                            "ansible.builtin.include_vars": {
+                                "file": str(versions),
+                                "name": "gpuinfra_versions",
+                            }
+                        }
+                    ],
+                    "roles": [{"role": name, "tags": ["never"]} for name in roles],
+                    "tasks": tasks,
+                }
+            ]
+        )
+    )
+    (tmp_path / "roles").symlink_to(ROOT / "roles")
+    args = ["-i", str(localhost_inventory(tmp_path))]
+    for value in extra_vars:
+        args += ["-e", value]
+    result = run_playbook_here(tmp_path, *args, str(playbook))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return " ".join(result.stdout.split())
+
+
 def preflight(
     tmp_path: Path, *extra_vars: str, playbook: str = "playbooks/nodes.yml"
 ) -> subprocess.CompletedProcess[str]:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    inventory = localhost_inventory(tmp_path)
     args = ["-i", str(inventory)]
     for value in extra_vars:
         args += ["-e", value]
@@ -60,28 +109,7 @@ def test_node_check_with_a_source_that_has_no_pin_says_what_to_set(tmp_path: Pat
 @pytest.mark.skipif(os.geteuid() != 0, reason="the play becomes root")
 def test_unpinned_toolkit_version_says_to_bump_versions_yaml(tmp_path: Path) -> None:
     # The toolkit role alone: on this machine the driver's probe stops nodes.yml first.
-    playbook = tmp_path / "toolkit.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "gpu_nodes",
-                    "become": True,
-                    "gather_subset": ["min"],
-                    "pre_tasks": [
-                        {
-                            "ansible.builtin.include_vars": {
-                                "file": str(ROOT / "versions.yaml"),
-                                "name": "gpuinfra_versions",
-                            },
-                            "tags": ["always"],
-                        }
-                    ],
-                    "roles": ["nvidia_container_toolkit"],
-                }
-            ]
-        )
-    )
+    playbook = toolkit_alone(tmp_path)
     result = preflight(tmp_path, "nvidia_container_toolkit_version=1.99.0", playbook=str(playbook))
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())
@@ -126,9 +154,7 @@ def releases_other_than_this_one(role_prefix: str) -> str:
 
 def run_to_the_end(tmp_path: Path, playbook: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """The whole play in check mode (nothing is changed even if a refusal were missing)."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    args = ["-i", str(inventory), "--check"]
+    args = ["-i", str(localhost_inventory(tmp_path)), "--check"]
     for value in extra:
         args += ["-e", value]
     return run_playbook_here(tmp_path, *args, playbook)
@@ -164,9 +190,7 @@ def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path
     }
     other = tmp_path / "versions.yaml"
     other.write_text(yaml.safe_dump(versions))
-    release = subprocess.run(
-        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
-    ).stdout.strip()
+    release = this_release()
     if release == "trixie":
         pytest.skip("this machine runs trixie")
     result = run_to_the_end(tmp_path, str(toolkit_alone(tmp_path, other)))
@@ -200,9 +224,7 @@ def test_a_pin_from_another_suite_is_refused_before_anything_is_written(tmp_path
 def test_a_host_takes_the_build_pinned_for_its_own_release(tmp_path: Path) -> None:
     """An entry from another suite whose `releases` lists this machine's: the host's own build is
     taken, and named in the install request."""
-    release = subprocess.run(
-        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
-    ).stdout.strip()
+    release = this_release()
     versions = yaml.safe_load((ROOT / "versions.yaml").read_text())
     distro = versions["nvidia_driver"]["distro"]
     own = {"version": distro["version"], "package_version": distro["source"]["package_version"]}
@@ -214,53 +236,30 @@ def test_a_host_takes_the_build_pinned_for_its_own_release(tmp_path: Path) -> No
     }
     other = tmp_path / "versions.yaml"
     other.write_text(yaml.safe_dump(versions))
-    playbook = tmp_path / "pins.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "gpu_nodes",
-                    "gather_subset": ["min"],
-                    "pre_tasks": [
-                        {
-                            "ansible.builtin.include_vars": {
-                                "file": str(other),
-                                "name": "gpuinfra_versions",
-                            }
-                        }
-                    ],
-                    # Their variables only: the tasks below read what each role would install.
-                    "roles": [
-                        {"role": name, "tags": ["never"]}
-                        for name in ("nvidia_container_toolkit", "gpu_node_check")
-                    ],
-                    "tasks": [
-                        {
-                            "ansible.builtin.include_role": {
-                                "name": "nvidia_driver",
-                                "tasks_from": "preflight",
-                                "public": True,
-                            },
-                            "vars": {"nvidia_driver_version": None},
-                        },
-                        {
-                            "ansible.builtin.debug": {
-                                "msg": "pin={{ _nvidia_driver_apt_version }} "
-                                "containerd={{ nvidia_container_toolkit_containerd_package_version }} "
-                                "expected={{ gpu_node_check_expected_driver }}"
-                            },
-                            "vars": {"gpu_node_check_driver_source": "distro"},
-                        },
-                    ],
-                }
-            ]
-        )
+    # The toolkit's and the node check's variables: what each would install and expect.
+    output = variables_play(
+        tmp_path,
+        other,
+        ["nvidia_container_toolkit", "gpu_node_check"],
+        [
+            {
+                "ansible.builtin.include_role": {
+                    "name": "nvidia_driver",
+                    "tasks_from": "preflight",
+                    "public": True,
+                },
+                "vars": {"nvidia_driver_version": None},
+            },
+            {
+                "ansible.builtin.debug": {
+                    "msg": "pin={{ _nvidia_driver_apt_version }} "
+                    "containerd={{ nvidia_container_toolkit_containerd_package_version }} "
+                    "expected={{ gpu_node_check_expected_driver }}"
+                },
+                "vars": {"gpu_node_check_driver_source": "distro"},
+            },
+        ],
     )
-    (tmp_path / "roles").symlink_to(ROOT / "roles")
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    result = run_playbook_here(tmp_path, "-i", str(inventory), str(playbook))
-    output = " ".join((result.stdout + result.stderr).split())
     assert "whose archive does not carry that build" not in output, output
     assert (
         f"pin={own['package_version']} containerd=1.6.20~ds1-1+deb12u3 expected={own['version']}"
@@ -358,57 +357,28 @@ def test_a_command_in_the_preinstalled_paths_stops_preflight_and_never_runs(
     assert not marker.exists()
 
 
-def _release() -> str:
-    return subprocess.run(
-        ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"], capture_output=True, text=True
-    ).stdout.strip()
-
-
-def containerd_pins(tmp_path: Path, *extra: str) -> str:
+def containerd_pins(tmp_path: Path, *extra_vars: str) -> str:
     """What the toolkit role would add and install for containerd on this machine."""
-    playbook = tmp_path / "containerd.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "gpu_nodes",
-                    "gather_subset": ["min"],
-                    "pre_tasks": [
-                        {
-                            "ansible.builtin.include_vars": {
-                                "file": str(ROOT / "versions.yaml"),
-                                "name": "gpuinfra_versions",
-                            }
-                        }
-                    ],
-                    "roles": [{"role": "nvidia_container_toolkit", "tags": ["never"]}],
-                    "tasks": [
-                        {
-                            "ansible.builtin.debug": {
-                                "msg": "source=[{{ _nvidia_container_toolkit_containerd_sources_line }}] "
-                                "package={{ _nvidia_container_toolkit_containerd_package }}="
-                                "{{ nvidia_container_toolkit_containerd_package_version }} "
-                                "paths={{ _nvidia_container_toolkit_paths | join(',') }}"
-                            }
-                        }
-                    ],
+    return variables_play(
+        tmp_path,
+        ROOT / "versions.yaml",
+        ["nvidia_container_toolkit"],
+        [
+            {
+                "ansible.builtin.debug": {
+                    "msg": "source=[{{ _nvidia_container_toolkit_containerd_sources_line }}] "
+                    "package={{ _nvidia_container_toolkit_containerd_package }}="
+                    "{{ nvidia_container_toolkit_containerd_package_version }} "
+                    "paths={{ _nvidia_container_toolkit_paths | join(',') }}"
                 }
-            ]
-        )
+            }
+        ],
+        *extra_vars,
     )
-    (tmp_path / "roles").symlink_to(ROOT / "roles")
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text("gpu_nodes:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    args = ["-i", str(inventory)]
-    for value in extra:
-        args += ["-e", value]
-    result = run_playbook_here(tmp_path, *args, str(playbook))
-    assert result.returncode == 0, result.stdout + result.stderr
-    return " ".join(result.stdout.split())
 
 
 def test_dockers_source_and_pin_are_those_of_the_hosts_release(tmp_path: Path) -> None:
-    release = _release()
+    release = this_release()
     if release != "bookworm":
         pytest.skip("the pins below are Debian 12's")
     docker = containerd_pins(tmp_path, "nvidia_container_toolkit_containerd_source=docker")
@@ -421,7 +391,7 @@ def test_dockers_source_and_pin_are_those_of_the_hosts_release(tmp_path: Path) -
 
 
 def test_a_mirror_of_dockers_repository_takes_the_same_suite_and_pin(tmp_path: Path) -> None:
-    if _release() != "bookworm":
+    if this_release() != "bookworm":
         pytest.skip("the pins below are Debian 12's")
     mirror = containerd_pins(
         tmp_path,
@@ -435,7 +405,7 @@ def test_a_mirror_of_dockers_repository_takes_the_same_suite_and_pin(tmp_path: P
 def test_the_distro_source_stays_on_debians_containerd_without_dockers_files(
     tmp_path: Path,
 ) -> None:
-    if _release() != "bookworm":
+    if this_release() != "bookworm":
         pytest.skip("the pins below are Debian 12's")
     distro = containerd_pins(tmp_path)
     assert "package=containerd=1.6.20~ds1-1+deb12u3" in distro, distro
