@@ -242,20 +242,27 @@ def _build_deb(pkg: StandIn, package_version: str, out: Path, work: Path) -> Pat
     return deb
 
 
-def _release(repo: Path) -> str:
-    lines = [
-        "Origin: gpuinfra",
-        "Label: gpuinfra stand-in for NVIDIA container toolkit",
-        f"Date: {formatdate(usegmt=True)}",
-        "Architectures: amd64",
-    ]
-    files = [repo / "Packages", repo / "Packages.gz"]
+def _write_index(root: Path, pool: str, index: Path) -> None:
+    """Packages and Packages.gz in ``index`` for the .debs under ``pool`` (relative to ``root``,
+    as the index's Filename fields name them)."""
+    scanned = _run(["dpkg-scanpackages", "--multiversion", pool], cwd=root).stdout
+    index.mkdir(parents=True, exist_ok=True)
+    (index / "Packages").write_bytes(scanned)
+    (index / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
+
+
+def _write_release(dist: Path, index: Path, header: list[str]) -> None:
+    """``dist``/Release: the header, then the sizes and digests of ``index``'s Packages files by
+    their path under ``dist``."""
+    lines = [*header, f"Date: {formatdate(usegmt=True)}", "Architectures: amd64"]
+    files = [index / "Packages", index / "Packages.gz"]
     for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
         lines.append(f"{field}:")
         for file in files:
             data = file.read_bytes()
-            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {file.name}")
-    return "\n".join(lines) + "\n"
+            name = file.relative_to(dist).as_posix()
+            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {name}")
+    (dist / "Release").write_text("\n".join(lines) + "\n")
 
 
 # The stand-in key outlives any lab: a lab's site pins its fingerprint, and a key that expired
@@ -406,10 +413,10 @@ def build(
     with tempfile.TemporaryDirectory(prefix="gpuinfra-debs-") as work:
         for pkg in packages:
             _build_deb(pkg, package_version, dest, Path(work))
-    scanned = _run(["dpkg-scanpackages", "--multiversion", "."], cwd=dest).stdout
-    (dest / "Packages").write_bytes(scanned)
-    (dest / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
-    (dest / "Release").write_text(_release(dest))
+    _write_index(dest, ".", dest)
+    _write_release(
+        dest, dest, ["Origin: gpuinfra", "Label: gpuinfra stand-in for NVIDIA container toolkit"]
+    )
     _sign(dest, signing_key(key_home or dest.with_name(dest.name + ".key")))
     return Repository(
         dest, tuple(p.name for p in packages), package_version, fingerprint(dest / KEY_FILE)
@@ -485,27 +492,6 @@ def _containerd_io_deb(debs: list[Path], package_version: str, out: Path, work: 
     return deb
 
 
-def _suite_release(dist: Path, suite: str) -> str:
-    lines = [
-        "Origin: gpuinfra",
-        "Label: gpuinfra stand-in for Docker's Debian repository",
-        f"Suite: {suite}",
-        f"Codename: {suite}",
-        f"Date: {formatdate(usegmt=True)}",
-        "Architectures: amd64",
-        f"Components: {DOCKER_COMPONENT}",
-    ]
-    index = dist / DOCKER_COMPONENT / "binary-amd64"
-    files = [index / "Packages", index / "Packages.gz"]
-    for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
-        lines.append(f"{field}:")
-        for file in files:
-            data = file.read_bytes()
-            name = file.relative_to(dist).as_posix()
-            lines.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {name}")
-    return "\n".join(lines) + "\n"
-
-
 def build_docker(
     dest: Path,
     debs: list[Path],
@@ -529,15 +515,20 @@ def build_docker(
     pool.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="gpuinfra-debs-") as work:
         _containerd_io_deb(debs, package_version, pool, Path(work))
-    scanned = _run(
-        ["dpkg-scanpackages", "--multiversion", pool.relative_to(dest).as_posix()], cwd=dest
-    ).stdout
     dist = dest / "dists" / suite
     index = dist / DOCKER_COMPONENT / "binary-amd64"
-    index.mkdir(parents=True)
-    (index / "Packages").write_bytes(scanned)
-    (index / "Packages.gz").write_bytes(gzip.compress(scanned, mtime=0))
-    (dist / "Release").write_text(_suite_release(dist, suite))
+    _write_index(dest, pool.relative_to(dest).as_posix(), index)
+    _write_release(
+        dist,
+        index,
+        [
+            "Origin: gpuinfra",
+            "Label: gpuinfra stand-in for Docker's Debian repository",
+            f"Suite: {suite}",
+            f"Codename: {suite}",
+            f"Components: {DOCKER_COMPONENT}",
+        ],
+    )
     _sign(dist, signing_key(key_home or dest.with_name(dest.name + ".key")))
     # The key where Docker serves it, at the repository's root.
     shutil.move(str(dist / KEY_FILE), str(dest / DOCKER_KEY_FILE))
