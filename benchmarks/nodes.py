@@ -32,6 +32,10 @@ The re-converge also records the tasks each host ran or skipped and the controll
 68 ms on four hosts in docs/decisions/0070), so it tells a play that runs more steps from one
 whose steps cost more. It includes ansible-playbook's own start, which weighs more on fewer hosts.
 
+Lab hosts run on the controller's CPUs, so on a small machine a Python module's run on N hosts
+competes with the controller's own work. ``--split-cpus`` puts the hosts on the last CPU and the
+controller on the others for the re-converges and fact floors, as separate machines would be.
+
     .venv/bin/python benchmarks/nodes.py --hosts 1,2,4
 """
 
@@ -46,6 +50,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +92,28 @@ def go_duration_s(text: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise SystemExit(f"unexpected CPU time from podman stats: {text!r}")
     return sum(float(number) * units[unit] for number, unit in parts)
+
+
+@contextmanager
+def split_cpus(hosts: list[lab.Host]) -> Iterator[str]:
+    """The hosts' containers on the last CPU, this process and every child it starts on the rest.
+
+    Lab hosts share the controller's CPUs, so a module's run on four hosts competes with the
+    controller's own work; real hosts have CPUs of their own. Yields what went where.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--split-cpus needs at least 2 CPUs")
+    host_cpu, controller = cpus[-1], cpus[:-1]
+    for host in hosts:
+        lab.podman("update", "--cpuset-cpus", str(host_cpu), host.name)
+    os.sched_setaffinity(0, controller)
+    try:
+        yield f"controller on CPU {','.join(map(str, controller))}, hosts on CPU {host_cpu}"
+    finally:
+        os.sched_setaffinity(0, cpus)
+        for host in hosts:
+            lab.podman("update", "--cpuset-cpus", ",".join(map(str, cpus)), host.name)
 
 
 def package_set() -> list[str]:
@@ -193,7 +221,7 @@ def median_of(samples: list[float]) -> float:
 
 
 def measure(
-    settings: lab.Settings, count: int, server: aptrepo.Server, repeat: int
+    settings: lab.Settings, count: int, server: aptrepo.Server, repeat: int, split: bool = False
 ) -> dict[str, Any]:
     lab.down(settings)
     parallel = count if count > 1 else 0
@@ -218,14 +246,19 @@ def measure(
     # A second or two on a shared machine moves by a tenth either way: each of these is the median
     # of `repeat` runs, taken in turns so that a slow spell hits both.
     facts, agains, again_cpus = [], [], []
-    for _ in range(repeat):
-        facts.append(fact_floor(settings.hosts_file, limit))
-        cpu_before_again = controller_cpu_s()
-        seconds, again = timed(lambda: runner.converge(playbook, settings.hosts_file, limit=limit))
-        again_cpus.append(controller_cpu_s() - cpu_before_again)
-        if not again.ok or sum(again.changed().values()):
-            raise SystemExit(f"re-converge changed {again.changed()} or failed: {again.failures}")
-        agains.append(seconds)
+    with split_cpus(nodes) if split else nullcontext("shared") as placement:
+        for _ in range(repeat):
+            facts.append(fact_floor(settings.hosts_file, limit))
+            cpu_before_again = controller_cpu_s()
+            seconds, again = timed(
+                lambda: runner.converge(playbook, settings.hosts_file, limit=limit)
+            )
+            again_cpus.append(controller_cpu_s() - cpu_before_again)
+            if not again.ok or sum(again.changed().values()):
+                raise SystemExit(
+                    f"re-converge changed {again.changed()} or failed: {again.failures}"
+                )
+            agains.append(seconds)
     facts_s, again_s, again_cpu_s = median_of(facts), median_of(agains), median_of(again_cpus)
     # What a re-converge is made of: each task a host runs or skips costs the controller about the
     # same (a worker, the host's variables, the result), so the count and the CPU per task tell a
@@ -246,6 +279,7 @@ def measure(
         "reconverge_controller_cpu_s": round(again_cpu_s, 2),
         "reconverge_tasks_per_host": tasks,
         "reconverge_cpu_per_host_task_ms": round(1000 * again_cpu_s / (tasks * count)),
+        "reconverge_cpus": placement,
         "fact_floor_s": round(facts_s, 2),
         "fact_floor_samples_s": [round(x, 2) for x in facts],
         "package_floor_s": round(packages_s, 1),
@@ -271,25 +305,30 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=2700)
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/nodes.json")
     parser.add_argument("--repeat", type=int, default=5, help="re-converges and fact floors per N")
+    parser.add_argument(
+        "--split-cpus",
+        action="store_true",
+        help="re-converges and fact floors with the hosts on the last CPU, the controller on the rest",
+    )
     args = parser.parse_args()
     settings = lab.Settings.from_env(prefix=args.prefix, port_base=args.port_base)
     with tempfile.TemporaryDirectory(prefix="gpuinfra-bench-") as work:
         repo = aptrepo.build(Path(work) / "repo")
         counts = [int(n) for n in args.hosts.split(",")]
-        results = run_all(settings, counts, repo.path, args.repeat)
+        results = run_all(settings, counts, repo.path, args.repeat, args.split_cpus)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"benchmark": "nodes", "results": results}, indent=2) + "\n")
     print(f"wrote {args.json}")
 
 
 def run_all(
-    settings: lab.Settings, counts: list[int], repo: Path, repeat: int
+    settings: lab.Settings, counts: list[int], repo: Path, repeat: int, split: bool = False
 ) -> list[dict[str, Any]]:
     results = []
     with aptrepo.serving(repo) as server:
         try:
             for count in counts:
-                row = measure(settings, count, server, repeat)
+                row = measure(settings, count, server, repeat, split)
                 results.append(row)
                 print(
                     f"N={count}: first {row['first_converge_s']}s (apt per host: "
@@ -297,7 +336,8 @@ def run_all(
                     f"{row['reconverge_s']}s (changed={row['reconverge_changed']}; "
                     f"{row['reconverge_tasks_per_host']} tasks per host, controller CPU "
                     f"{row['reconverge_controller_cpu_s']}s, "
-                    f"{row['reconverge_cpu_per_host_task_ms']} ms per host and task), fact floor "
+                    f"{row['reconverge_cpu_per_host_task_ms']} ms per host and task; CPUs: "
+                    f"{row['reconverge_cpus']}), fact floor "
                     f"{row['fact_floor_s']}s, package floor {row['package_floor_s']}s "
                     f"(on {count} at once: {row['package_floor_parallel_s']}s) | "
                     f"re/fact {row['reconverge_over_fact_floor']}x (target <=2), "
