@@ -221,7 +221,7 @@ def median_of(samples: list[float]) -> float:
 
 
 def measure(
-    settings: lab.Settings, count: int, server: aptrepo.Server, repeat: int, split: bool = False
+    settings: lab.Settings, count: int, server: aptrepo.Server, repeat: int, split: bool
 ) -> dict[str, Any]:
     lab.down(settings)
     parallel = count if count > 1 else 0
@@ -322,7 +322,7 @@ def main() -> None:
 
 
 def run_all(
-    settings: lab.Settings, counts: list[int], repo: Path, repeat: int, split: bool = False
+    settings: lab.Settings, counts: list[int], repo: Path, repeat: int, split: bool
 ) -> list[dict[str, Any]]:
     results = []
     with aptrepo.serving(repo) as server:
