@@ -125,7 +125,6 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "node_packages_deadline": (1, 86400, "seconds, at most a day"),
     "node_packages_fetch_timeout": (1, 3600, "seconds, at most an hour"),
     "node_packages_fetch_retries": (0, 100, "tries"),
-    "node_packages_fetch_retry_delay": (0, 3600, "seconds, at most an hour"),
     "ansible_port": (1, 65535, "a TCP port"),
 }
 

@@ -6,10 +6,20 @@ only read variables.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import shutil
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from .conftest import ROOT, run_playbook_here
 
@@ -81,3 +91,112 @@ def test_settled_requests_install_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "changed=0" in result.stdout
     assert "failed=0" in result.stdout
+
+
+def rendered_fetch_bounds(tmp_path: Path) -> str:
+    """The apt.conf.d drop-in the package run writes on a host, rendered by Ansible from the
+    role's defaults and vars."""
+    dest = tmp_path / "80gpuinfra-fetch-bounds"
+    role = ROOT / "roles" / "node_packages"
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        f"  vars_files: [{role / 'defaults/main.yml'}, {role / 'vars/main.yml'}]\n"
+        "  tasks:\n    - ansible.builtin.copy:\n"
+        f"        content: '{{{{ _node_packages_apt_conf }}}}'\n        dest: {dest}\n"
+        "        mode: '0644'\n"
+    )
+    result = run_playbook_here(tmp_path, "-i", "localhost,", str(playbook))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return dest.read_text()
+
+
+@contextlib.contextmanager
+def repository_with_one_server_error(failing: str) -> Iterator[tuple[str, list[str]]]:
+    """Two suites of an unsigned apt repository on one loopback server, which answers the first
+    GET of ``failing`` with HTTP 503 (as a proxy does when the archive drops it). The other
+    suite's Release comes a little later, so its index is queued behind the retry."""
+    requests: list[str] = []
+    empty = hashlib.sha256(b"").hexdigest()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive and pipelining, as apt talks to a mirror
+
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            parts = self.path.strip("/").split("/")
+            status, body = 404, b""
+            if self.path == failing and requests.count(failing) == 1:
+                status, body = 503, b"Service Unavailable\n"
+            elif parts[0] == "dists" and parts[-1] == "Release":
+                if self.path != failing:
+                    time.sleep(0.5)
+                status, body = (
+                    200,
+                    (
+                        f"Suite: {parts[1]}\nCodename: {parts[1]}\n"
+                        "Date: Wed, 02 Dec 2026 00:00:00 UTC\nArchitectures: amd64\n"
+                        f"Components: main\nSHA256:\n {empty} 0 main/binary-amd64/Packages\n"
+                    ).encode(),
+                )
+            elif parts[-1] == "Packages":
+                status = 200
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (Debian)")
+def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(tmp_path: Path) -> None:
+    # Debian 12's apt 2.6 puts a retry off for later by default; when another index from the same
+    # server is queued after that, it never fetches the retried one and waits for good (seen
+    # behind the lab's proxy: a 30-minute package run). The role's drop-in retries at once.
+    bounds = rendered_fetch_bounds(tmp_path)
+    state = tmp_path / "apt"
+    for folder in ("lists/partial", "cache/archives/partial", "parts"):
+        (state / folder).mkdir(parents=True)
+    # Only the role's drop-in and this run's private directories: not this machine's apt setup.
+    config = state / "apt.conf"
+    config.write_text(
+        f'Dir::Etc::Parts "{state / "parts"}";\nDir::Etc::Main "/dev/null";\n'
+        f'Dir::State::Lists "{state / "lists"}";\nDir::Cache "{state / "cache"}";\n'
+        'Dir::Etc::SourceParts "/dev/null";\nAPT::Sandbox::User "root";\n'
+        'Debug::NoLocking "true";\n' + bounds
+    )
+    with repository_with_one_server_error("/dists/s2/Release") as (url, requests):
+        (state / "sources.list").write_text(
+            f"deb [trusted=yes] {url} s2 main\ndeb [trusted=yes] {url} s1 main\n"
+        )
+        try:
+            result = subprocess.run(
+                [
+                    "apt-get",
+                    "update",
+                    "--error-on=any",
+                    "-q",
+                    "-o",
+                    f"Dir::Etc::SourceList={state / 'sources.list'}",
+                ],
+                env={**os.environ, "APT_CONFIG": str(config)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail("apt-get update was still waiting 60 s after one HTTP 503")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert requests.count("/dists/s2/Release") == 2, result.stdout + result.stderr
+    assert any((state / "lists").glob("*_dists_s2_Release")), list((state / "lists").iterdir())
