@@ -16,16 +16,29 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+# Every fetch from Debian's archive is bounded: a silent server fails a try after 30 s, a failed
+# try is retried at once (a retry put off for later can hang Debian 12's apt for good:
+# docs/decisions/0076-apt-retries-at-once.md), and the index refresh and the downloads have a
+# deadline. The install itself runs from the downloaded files.
+APT_BOUNDS=(-o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30 -o Acquire::Retries=2
+  -o Acquire::Retries::Delay=false)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # The lab runs its own apt-cacher-ng on loopback, forwarding to Debian only; the packaged
-  # service would listen on every interface and forward anywhere.
-  if [[ " ${missing[*]} " == *" apt-cacher-ng "* ]] && [ -d /run/systemd/system ]; then
-    systemctl disable --now apt-cacher-ng >/dev/null 2>&1 || true
+  if ! timeout 600 apt-get update -qq "${APT_BOUNDS[@]}" ||
+    ! timeout 1200 apt-get install -y -qq --download-only --no-install-recommends "${APT_BOUNDS[@]}" \
+      "${missing[@]}" >/dev/null; then
+    echo "setup: could not fetch ${missing[*]} from Debian's archive in time; check the network or apt's proxy, then run setup again" >&2
+    exit 3
   fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The lab runs its own apt-cacher-ng on loopback, forwarding to Debian only, and the tests start
+  # their own Prometheus on loopback; the packaged services would listen on every interface.
+  for service in apt-cacher-ng prometheus; do
+    if [[ " ${missing[*]} " == *" $service "* ]] && [ -d /run/systemd/system ]; then
+      systemctl disable --now "$service" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 # Alertmanager for the alerting tests: bookworm's 0.25 refuses fields the chart's Alertmanager
@@ -40,7 +53,7 @@ if [ ! -x "$AM_DIR/usr/bin/amtool" ]; then
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
     >.tools/apt/sources.list
   apt_private=(-o Dir::Etc::SourceList="$PWD/.tools/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o Dir::State::Lists="$PWD/.tools/apt/lists" -o Acquire::http::Timeout=30 -o Acquire::Retries=2)
+    -o Dir::State::Lists="$PWD/.tools/apt/lists" "${APT_BOUNDS[@]}")
   if ! timeout 300 apt-get update -qq "${apt_private[@]}" ||
     ! (cd .tools/apt/debs && timeout 300 apt-get download -qq "${apt_private[@]}" prometheus-alertmanager 2>/dev/null); then
     echo "setup: could not fetch prometheus-alertmanager from deb.debian.org (trixie); the alerting tests need it" >&2
