@@ -367,6 +367,12 @@ def ensure_proxy(port: int) -> bool:
     return True
 
 
+# Seconds apt-cacher-ng gets to stop on SIGTERM. It has sat one out and gone on serving (seen
+# after it had answered apt with 503s for an upstream that dropped it); it is the lab's own
+# process and only a cache, so it is then killed.
+PROXY_STOP_GRACE = 10
+
+
 def stop_proxy(port: int) -> bool:
     """Stop the apt-cacher-ng the lab started (its pid file), if it still runs."""
     pid_file = proxy_dir() / "run" / "pid"
@@ -374,7 +380,12 @@ def stop_proxy(port: int) -> bool:
     if pid is None or "apt-cacher-ng" not in _cmdline(pid):
         return False
     os.kill(pid, signal.SIGTERM)
-    _wait_for(lambda: not _listening(port), 20, "apt-cacher-ng to stop")
+    try:
+        _wait_for(lambda: not _listening(port), PROXY_STOP_GRACE, "apt-cacher-ng to stop")
+    except ToolError:
+        if "apt-cacher-ng" in _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: not _listening(port), 10, "apt-cacher-ng to stop after SIGKILL")
     return True
 
 

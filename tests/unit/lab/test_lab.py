@@ -126,3 +126,33 @@ def test_the_lab_site_plans_without_an_integrity_error(tmp_path: Path) -> None:
     result = run_cli("config", "check", "--site", str(path.parent), root=ROOT)
     assert result.code == 0, result.stderr
     assert "valid (2 hosts)" in result.stdout
+
+
+def test_a_proxy_that_sits_out_sigterm_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in named like the lab's apt-cacher-ng: it listens and ignores SIGTERM.
+    port_file = tmp_path / "port"
+    script = (
+        "import os, signal, socket, sys\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "open(sys.argv[1] + '.new', 'w').write(str(s.getsockname()[1]))\n"
+        "os.rename(sys.argv[1] + '.new', sys.argv[1])\n"
+        "while True: s.accept()[0].close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(port_file), "apt-cacher-ng"])
+    try:
+        lab._wait_for(port_file.exists, 10, "the stand-in proxy")
+        port = int(port_file.read_text())
+        monkeypatch.setattr(lab, "CACHE_DIR", tmp_path)
+        monkeypatch.setattr(lab, "PROXY_STOP_GRACE", 1)
+        (tmp_path / "apt-cacher-ng" / "run").mkdir(parents=True)
+        (tmp_path / "apt-cacher-ng" / "run" / "pid").write_text(f"{proc.pid}\n")
+
+        assert lab.stop_proxy(port) is True
+        assert proc.wait(timeout=10) == -9
+        assert not lab.proxy_listening(port)
+    finally:
+        proc.kill()
+        proc.wait()
