@@ -169,7 +169,8 @@ def test_going_back_to_the_distro_source_is_refused_and_changes_nothing(
 
 
 # apt's options for a list of sid's packages of its own, apart from the host's sources. A frozen
-# mirror serves a sid Release past its Valid-Until date; the signature is still checked.
+# mirror serves a sid Release past its Valid-Until date; the signature is still checked. The
+# host's fetch bounds (roles/node_packages) apply, and each apt run has a deadline of its own.
 SID_APT = (
     "-o Dir::Etc::SourceList=/tmp/sid/sid.list -o Dir::Etc::SourceParts=/tmp/sid/parts "
     "-o Dir::State::Lists=/tmp/sid/lists -o Acquire::Check-Valid-Until=false"
@@ -188,8 +189,8 @@ def containerd_2(
     fresh.check_output(
         "mkdir -p /tmp/sid/lists/partial /tmp/sid/parts /opt/gpuinfra-test/containerd-2 && "
         "echo 'deb http://deb.debian.org/debian sid main' > /tmp/sid/sid.list && "
-        f"apt-get {SID_APT} -qq update && cd /tmp/sid && "
-        f"apt-get {SID_APT} -qq download containerd/sid && "
+        f"timeout 300 apt-get {SID_APT} -qq update && cd /tmp/sid && "
+        f"timeout 300 apt-get {SID_APT} -qq download containerd/sid && "
         "dpkg-deb -x /tmp/sid/containerd_*.deb /opt/gpuinfra-test/containerd-2"
     )
     version = fresh.check_output(f"{CONTAINERD_2}/containerd --version")
