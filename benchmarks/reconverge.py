@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--against", required=True, help="the revision to compare with")
     parser.add_argument("--hosts", type=int, default=4, help="lab hosts per arm")
     parser.add_argument("--repeat", type=int, default=5, help="re-converges per arm")
-    parser.add_argument("--port-base", type=int, default=2600, help="ports BASE+N and BASE+100+N")
+    parser.add_argument("--port-base", type=int, default=2900, help="ports BASE+N and BASE+100+N")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/reconverge.json")
     args = parser.parse_args()
     if not 1 <= args.hosts <= 16 or args.repeat < 1:
