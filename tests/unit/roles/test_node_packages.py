@@ -1,7 +1,9 @@
-"""roles/node_packages refuses requests it must not install, before touching the host.
+"""roles/node_packages refuses requests it must not install, before touching the host, and the
+fetch bounds it writes let apt finish after a server error.
 
-The play runs the role against this machine; every case stops at the role's first tasks, which
-only read variables.
+The request cases run the role against this machine and stop at its first tasks, which only read
+variables. The fetch-bounds case renders the role's apt drop-in and runs this machine's apt-get
+with it, in private directories, against a loopback repository.
 """
 
 from __future__ import annotations
