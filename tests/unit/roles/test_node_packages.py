@@ -113,13 +113,27 @@ def rendered_fetch_bounds(tmp_path: Path) -> str:
     return dest.read_text()
 
 
+# One package stanza: an index apt must fetch (an empty one it may take from the Release alone).
+PACKAGES = (
+    b"Package: demo\nVersion: 1.0\nArchitecture: amd64\nFilename: pool/demo_1.0_amd64.deb\n"
+    b"Size: 1\nSHA256: " + b"0" * 64 + b"\nDescription: demo\n\n"
+)
+PACKAGES_SHA256 = hashlib.sha256(PACKAGES).hexdigest()
+BY_HASH = f"/main/binary-amd64/by-hash/SHA256/{PACKAGES_SHA256}"
+
+
 @contextlib.contextmanager
-def repository_with_one_server_error(failing: str) -> Iterator[tuple[str, list[str]]]:
-    """Two suites of an unsigned apt repository on one loopback server, which answers the first
-    GET of ``failing`` with HTTP 503 (as a proxy does when the archive drops it). The other
-    suite's Release comes a little later, so its index is queued behind the retry."""
+def repository_with_one_server_error(by_hash: bool) -> Iterator[tuple[str, list[str], str]]:
+    """Two suites, s2 and s1, of an unsigned apt repository on one loopback server, which answers
+    the first GET of one of s2's files with HTTP 503, as a proxy does when the archive drops it.
+    Then another index is queued behind the retry:
+
+    - without ``by_hash``, the 503 is s2's Release, and s1's Release comes half a second later;
+    - with ``by_hash`` (``Acquire-By-Hash: yes``, as Debian's archive has it), the 503 is s2's
+      Packages by its hash, and the server lacks s1's by its hash, so apt falls back to s1's plain
+      Packages, which it queues after the retry."""
     requests: list[str] = []
-    empty = hashlib.sha256(b"").hexdigest()
+    failing = f"/dists/s2{BY_HASH}" if by_hash else "/dists/s2/Release"
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive and pipelining, as apt talks to a mirror
@@ -129,20 +143,13 @@ def repository_with_one_server_error(failing: str) -> Iterator[tuple[str, list[s
             parts = self.path.strip("/").split("/")
             status, body = 404, b""
             if self.path == failing and requests.count(failing) == 1:
-                status, body = 503, b"Service Unavailable\n"
+                status, body = 503, b"Connection closed, check DlMaxRetries\n"
             elif parts[0] == "dists" and parts[-1] == "Release":
-                if self.path != failing:
+                if not by_hash and self.path != failing:
                     time.sleep(0.5)
-                status, body = (
-                    200,
-                    (
-                        f"Suite: {parts[1]}\nCodename: {parts[1]}\n"
-                        "Date: Wed, 02 Dec 2026 00:00:00 UTC\nArchitectures: amd64\n"
-                        f"Components: main\nSHA256:\n {empty} 0 main/binary-amd64/Packages\n"
-                    ).encode(),
-                )
-            elif parts[-1] == "Packages":
-                status = 200
+                status, body = 200, release(parts[1], by_hash)
+            elif self.path == f"/dists/s2{BY_HASH}" or parts[-1] == "Packages":
+                status, body = 200, PACKAGES
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -154,17 +161,30 @@ def repository_with_one_server_error(failing: str) -> Iterator[tuple[str, list[s
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", requests
+        yield f"http://127.0.0.1:{server.server_address[1]}/", requests, failing
     finally:
         server.shutdown()
         server.server_close()
 
 
+def release(suite: str, by_hash: bool) -> bytes:
+    return (
+        f"Suite: {suite}\nCodename: {suite}\nDate: Wed, 02 Dec 2026 00:00:00 UTC\n"
+        + ("Acquire-By-Hash: yes\n" if by_hash else "")
+        + "Architectures: amd64\nComponents: main\n"
+        + f"SHA256:\n {PACKAGES_SHA256} {len(PACKAGES)} main/binary-amd64/Packages\n"
+    ).encode()
+
+
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (Debian)")
-def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by_hash", [False, True], ids=["release", "index-by-hash"])
+def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(
+    tmp_path: Path, by_hash: bool
+) -> None:
     # Debian 12's apt 2.6 puts a retry off for later by default; when another index from the same
     # server is queued after that, it never fetches the retried one and waits for good (seen
-    # behind the lab's proxy: a 30-minute package run). The role's drop-in retries at once.
+    # behind the lab's proxy, on by-hash indexes: a 30-minute package run). The role's drop-in
+    # retries at once.
     bounds = rendered_fetch_bounds(tmp_path)
     state = tmp_path / "apt"
     for folder in ("lists/partial", "cache/archives/partial", "parts"):
@@ -175,9 +195,9 @@ def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(tmp_path: P
         f'Dir::Etc::Parts "{state / "parts"}";\nDir::Etc::Main "/dev/null";\n'
         f'Dir::State::Lists "{state / "lists"}";\nDir::Cache "{state / "cache"}";\n'
         'Dir::Etc::SourceParts "/dev/null";\nAPT::Sandbox::User "root";\n'
-        'Debug::NoLocking "true";\n' + bounds
+        'Debug::NoLocking "true";\nAcquire::Languages "none";\n' + bounds
     )
-    with repository_with_one_server_error("/dists/s2/Release") as (url, requests):
+    with repository_with_one_server_error(by_hash) as (url, requests, failing):
         (state / "sources.list").write_text(
             f"deb [trusted=yes] {url} s2 main\ndeb [trusted=yes] {url} s1 main\n"
         )
@@ -198,7 +218,9 @@ def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(tmp_path: P
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            pytest.fail("apt-get update was still waiting 60 s after one HTTP 503")
+            pytest.fail(f"apt-get update was still waiting 60 s after one HTTP 503: {requests}")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert requests.count("/dists/s2/Release") == 2, result.stdout + result.stderr
-    assert any((state / "lists").glob("*_dists_s2_Release")), list((state / "lists").iterdir())
+    assert requests.count(failing) == 2, result.stdout + result.stderr
+    lists = sorted(path.name for path in (state / "lists").iterdir())
+    assert any(name.endswith("_dists_s2_main_binary-amd64_Packages") for name in lists), lists
+    assert any(name.endswith("_dists_s1_main_binary-amd64_Packages") for name in lists), lists
