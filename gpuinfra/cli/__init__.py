@@ -25,6 +25,7 @@ from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
 from gpuinfra.cli.console import err, out
+from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
     CheckFailed,
@@ -112,15 +113,6 @@ class Environment(StrEnum):
     prod = "prod"
 
 
-def _as_of(value: str | None) -> dt.date:
-    if value is None:
-        return dt.date.today()
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise UsageError(f"--as-of: '{value}' is not a date (allowed: YYYY-MM-DD)") from None
-
-
 @versions_app.command("check")
 def versions_check(
     environment: Annotated[
@@ -129,17 +121,14 @@ def versions_check(
             help="The environment the pins serve: prod turns an ended support window into an error"
         ),
     ] = None,
-    as_of: Annotated[
-        str | None,
-        typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
-    ] = None,
+    as_of: AsOf = None,
 ) -> None:
     """Check pins, compatibility rules, schemas per chart and support windows; exit 1 with one
     line per problem."""
     from gpuinfra import chartdata, support
     from gpuinfra import versions as versions_mod
 
-    today = _as_of(as_of)
+    today = as_of or dt.date.today()
     v = versions_mod.load()
     problems = [f"versions.yaml: {p}" for p in [*versions_mod.check(v), *chartdata.missing(v)]]
     windows = support.check(v, today)
@@ -159,15 +148,9 @@ def versions_check(
     out.print(f"versions.yaml: {count} components pinned, all compatibility rules pass")
 
 
-AsOf = Annotated[
-    str | None,
-    typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
-]
-
-
 def prod_support_problems(
     environment: str | None,
-    as_of: str | None,
+    as_of: dt.date | None,
     *,
     sources: set[str] | None = None,
     containerd_sources: set[str] | None = None,
@@ -180,7 +163,7 @@ def prod_support_problems(
     if environment != Environment.prod:
         return []
     runs = support.stack_pin if sources is None else support.site_pin(sources, containerd_sources)
-    return support.prod_problems(versions_mod.pinned(), _as_of(as_of), runs)
+    return support.prod_problems(versions_mod.pinned(), as_of or dt.date.today(), runs)
 
 
 @config_app.command("check")

@@ -16,6 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from gpuinfra.cli.console import emit, render_text
+from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -142,10 +143,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fmt: FormatOption = ReviewFormat.table,
         out: OutOption = None,
-        as_of: Annotated[
-            str | None,
-            typer.Option(help="Judge the support windows on this date (YYYY-MM-DD); default today"),
-        ] = None,
+        as_of: AsOf = None,
     ) -> None:
         """The desired state of a stack or a site, offline: resources, releases, versions, cost.
         A prod stack or site with a pin past its end of support fails after the plan (exit 1)."""

@@ -1084,6 +1084,30 @@ CASES: list[Case] = [
         "--out",
         "File name too long",
     ),
+    # --as-of is read with the command line: refused before a plan is printed or written.
+    *(
+        arg(case_id, argv, "--as-of", "allowed: YYYY-MM-DD", key=key)
+        for case_id, argv, key in (
+            ("as-of-word-plan-dev", ("plan", "--stack", "dev", "--as-of", "tomorrow"), "tomorrow"),
+            (
+                "as-of-word-plan-prod-out",
+                ("plan", "--stack", "prod", "--as-of", "tomorrow", "--out", "plan.txt"),
+                "tomorrow",
+            ),
+            ("as-of-word-plan-site", ("plan", "--site", SITE, "--as-of", "soon"), "soon"),
+            (
+                "as-of-no-such-day-check",
+                ("config", "check", "--stack", "dev", "--as-of", "2026-02-30"),
+                "2026-02-30",
+            ),
+            (
+                "as-of-week-form-check-site",
+                ("config", "check", "--site", SITE, "--as-of", "2026-W01-1"),
+                "2026-W01-1",
+            ),
+            ("as-of-empty-versions", ("versions", "check", "--as-of", ""), "''"),
+        )
+    ),
     Case(
         "diff-bad-working-tree",
         ("diff", "--base", "HEAD", "--stack", "dev"),
@@ -1305,3 +1329,46 @@ def test_filesystem_errors_become_one_line_naming_the_file(
     with pytest.raises(ConfigError) as caught:
         load_yaml(path)
     assert caught.value.lines() == [f"Pulumi.dev.yaml: {words}"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "--stack", "prod", "--as-of", "tomorrow"),
+        ("plan", "--stack", "prod", "--as-of", "tomorrow", "--out", "build/plan.txt"),
+        ("plan", "--site", SITE, "--format", "json", "--as-of", "2026-02-30"),
+        ("config", "check", "--stack", "dev", "--as-of", "2026-02-30"),
+    ],
+)
+def test_a_bad_as_of_stops_the_command_before_it_prints_or_writes(
+    argv: tuple[str, ...],
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    (root / "build").mkdir()
+    code, out, err = run_in_process(argv, root, monkeypatch, capsys)
+    assert code == 2
+    assert out == ""
+    (line,) = err.splitlines()
+    assert "invalid value for '--as-of'" in line
+    assert "is not a date (allowed: YYYY-MM-DD)" in line
+    assert list((root / "build").iterdir()) == []
+
+
+def test_a_good_as_of_judges_prod_on_that_day(
+    template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The parsed date reaches the support check: prod passes on 2026-12-01 (README)."""
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
+    argv = ("config", "check", "--stack", "prod", "--as-of", "2026-12-01")
+    code, out, err = run_in_process(argv, root, monkeypatch, capsys)
+    assert (code, err) == (0, ""), err
+    assert "stack prod: valid" in out
