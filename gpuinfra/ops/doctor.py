@@ -30,7 +30,7 @@ from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.addons.triton import groups as triton_groups
 from gpuinfra.errors import ToolError, UsageError
 from gpuinfra.integrity import Nodes
-from gpuinfra.ops.http import base_url, get_json
+from gpuinfra.ops.http import server
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip"]
@@ -251,9 +251,8 @@ def model_items(prometheus: Prometheus, settings: TritonSettings) -> list[Item]:
 
 
 def alert_items(alertmanager_url: str) -> list[Item]:
-    url = base_url("--alertmanager", alertmanager_url)
-    alerts = get_json(
-        f"{url}/api/v2/alerts",
+    alerts = server("--alertmanager", alertmanager_url).get_json(
+        "/api/v2/alerts",
         {"active": "true", "silenced": "false", "inhibited": "false"},
         what="Alertmanager",
     )

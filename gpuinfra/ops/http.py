@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuinfra.errors import ToolError, UsageError
@@ -14,12 +16,35 @@ from gpuinfra.errors import ToolError, UsageError
 TIMEOUT_S = 15.0
 
 
-def base_url(option: str, url: str) -> str:
-    """A server's base URL as given on the command line; UsageError when it is not one."""
+@dataclass(frozen=True)
+class Server:
+    """A server given on the command line. ``url`` carries no credentials, so messages may show
+    it; a ``user:password@`` part of the URL as given becomes Basic authorization instead, which
+    is what Prometheus and Alertmanager behind a proxy ask for."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def get_json(self, path: str, params: Mapping[str, str] | None = None, *, what: str) -> Any:
+        return get_json(f"{self.url}{path}", params, what=what, headers=self.headers)
+
+
+def server(option: str, url: str) -> Server:
+    """The server ``url`` names; UsageError when it is not an http(s) URL."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"{option} {url!r}: not an http(s) URL (e.g. http://127.0.0.1:9090)")
-    return url.rstrip("/")
+    user, _, address = parts.netloc.rpartition("@")
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=address)).rstrip("/")
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is no number or out of range
+        valid = False
+    if not valid:
+        raise UsageError(f"{option} {plain!r}: not an http(s) URL (e.g. http://127.0.0.1:9090)")
+    if not user:
+        return Server(plain)
+    name, _, password = user.partition(":")
+    token = f"{urllib.parse.unquote(name)}:{urllib.parse.unquote(password)}"
+    return Server(plain, {"Authorization": "Basic " + base64.b64encode(token.encode()).decode()})
 
 
 def get_json(

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuinfra.errors import ToolError, UsageError
-from gpuinfra.ops.http import base_url, get_json
+from gpuinfra.ops.http import server
 
 _DURATION = re.compile(r"^([0-9]+)(m|h|d|w)$")
 _UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
@@ -44,10 +44,11 @@ class Target:
 
 class Prometheus:
     def __init__(self, url: str) -> None:
-        self.url = base_url("--prometheus", url)
+        self.server = server("--prometheus", url)
+        self.url = self.server.url
 
     def _api(self, path: str, params: dict[str, str] | None = None) -> Any:
-        document = get_json(f"{self.url}/api/v1/{path}", params, what="Prometheus")
+        document = self.server.get_json(f"/api/v1/{path}", params, what="Prometheus")
         if not isinstance(document, dict) or document.get("status") != "success":
             error = document.get("error") if isinstance(document, dict) else document
             raise ToolError(f"Prometheus at {self.url}: {path}: {error}")

@@ -1,0 +1,78 @@
+"""A server URL with ``user:password@`` reaches the server with Basic authorization, and the
+password appears in no message."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+
+USER, PASSWORD = "ops", "s3cret:with@odd"  # characters a URL must escape
+QUOTED = "ops:s3cret%3Awith%40odd"
+
+
+@pytest.fixture
+def guarded_alertmanager() -> Iterator[tuple[int, list[str]]]:
+    """An Alertmanager stand-in on loopback that answers only with the right Basic credentials:
+    its port and the Authorization headers it saw."""
+    seen: list[str] = []
+    expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            ok = seen[-1] == expected and self.path.startswith("/api/v2/alerts?")
+            body = json.dumps([] if ok else {"error": "unauthorized"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1], seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_credentials_in_the_url_become_basic_authorization(
+    guarded_alertmanager: tuple[int, list[str]],
+) -> None:
+    port, seen = guarded_alertmanager
+    result = run_cli("doctor", "--alertmanager", f"http://{QUOTED}@127.0.0.1:{port}")
+    assert result.code == 0, result.stdout + result.stderr
+    assert "no critical or warning alert firing" in result.stdout
+    assert len(seen) == 1 and seen[0].startswith("Basic ")
+
+
+def test_wrong_credentials_fail_without_showing_the_password(
+    guarded_alertmanager: tuple[int, list[str]],
+) -> None:
+    port, _seen = guarded_alertmanager
+    result = run_cli("doctor", "--alertmanager", f"http://ops:wrong-pass@127.0.0.1:{port}")
+    output = result.stdout + result.stderr
+    assert result.code != 0
+    assert "HTTP 401" in output and f"http://127.0.0.1:{port}/api/v2/alerts" in output
+    assert "wrong-pass" not in output
+
+
+def test_a_bad_url_is_named_without_its_password() -> None:
+    result = run_cli("doctor", "--alertmanager", "ftp://ops:s3cret@127.0.0.1:1")
+    assert result.code == 2
+    (line,) = (result.stdout + result.stderr).splitlines()
+    assert line == "error: --alertmanager 'ftp://127.0.0.1:1': not an http(s) URL " + (
+        "(e.g. http://127.0.0.1:9090)"
+    )
