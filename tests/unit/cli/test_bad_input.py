@@ -1108,6 +1108,27 @@ CASES: list[Case] = [
             ("as-of-empty-versions", ("versions", "check", "--as-of", ""), "''"),
         )
     ),
+    # addons render --out: a DIR that is not one, or that cannot become one, is refused first.
+    *(
+        arg(case_id, ("addons", "render", "--stack", "dev", "--out", out), "--out", allowed, edit=e)
+        for case_id, out, allowed, e in (
+            ("render-out-is-a-file", DEV, "not a directory (allowed: a directory", nothing),
+            ("render-out-under-a-file", f"{DEV}/addons", f"{DEV} is not a directory", nothing),
+            ("render-out-proc", "/proc/gpuinfra-x", "No such file or directory", nothing),
+            (
+                "render-out-addon-dir-is-a-file",
+                "build",
+                "keda is not a directory and the render writes into it",
+                put("build/keda", "mine\n"),
+            ),
+            (
+                "render-out-file-is-a-dir",
+                "build",
+                "keda/values.yaml is a directory where the render writes a file",
+                mkdir("build/keda/values.yaml"),
+            ),
+        )
+    ),
     Case(
         "diff-bad-working-tree",
         ("diff", "--base", "HEAD", "--stack", "dev"),

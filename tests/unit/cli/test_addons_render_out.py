@@ -1,0 +1,108 @@
+"""``gpuinfra addons render --out DIR`` owns the files it wrote in DIR: what it no longer
+renders (an add-on turned off) goes on the next render; what else is in DIR stays."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpuinfra import cli
+from tests.conftest import ROOT
+
+KEDA_ON = "    keda:\n      enabled: true\n"
+KEDA_OFF = "    keda:\n      enabled: false\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "policies").mkdir()
+    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
+    for name in ("roles", "playbooks", "components"):
+        (root / name).symlink_to(ROOT / name)
+    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+def _render(capsys: pytest.CaptureFixture[str], out: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main(["addons", "render", "--stack", "dev", "--out", out])
+    except SystemExit as done:
+        code = int(done.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_an_addon_turned_off_leaves_dir_on_the_next_render(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = repo / "build" / "addons"
+    out.mkdir(parents=True)
+    (out / "NOTES.md").write_text("mine\n")
+    code, stdout, err = _render(capsys, "build/addons")
+    assert (code, err) == (0, ""), err
+    assert (out / "keda" / "release.yaml").is_file()
+    assert "keda" in stdout
+
+    stack = repo / "stacks" / "Pulumi.dev.yaml"
+    text = stack.read_text()
+    assert KEDA_ON in text
+    stack.write_text(text.replace(KEDA_ON, KEDA_OFF))
+    (out / "gpu_operator" / "mine.txt").write_text("mine\n")
+    code, stdout, err = _render(capsys, "build/addons")
+    assert (code, err) == (0, ""), err
+    assert not (out / "keda").exists()
+    assert "removed 3 files an earlier render wrote and this one does not: keda/" in stdout
+    # Files the render did not write are the user's.
+    assert (out / "NOTES.md").read_text() == "mine\n"
+    assert (out / "gpu_operator" / "mine.txt").read_text() == "mine\n"
+    assert (out / "gpu_operator" / "values.yaml").is_file()
+    owned = json.loads((out / ".gpuinfra-render.json").read_text())["files"]
+    assert not any(f.startswith("keda/") for f in owned)
+    assert "gpu_operator/values.yaml" in owned
+
+
+def test_a_stale_addon_dir_holding_a_file_of_the_user_keeps_that_file(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _render(capsys, "out")[0] == 0
+    (repo / "out" / "keda" / "keep.txt").write_text("mine\n")
+    stack = repo / "stacks" / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text().replace(KEDA_ON, KEDA_OFF))
+    assert _render(capsys, "out")[0] == 0
+    assert sorted(p.name for p in (repo / "out" / "keda").iterdir()) == ["keep.txt"]
+
+
+def test_a_manifest_naming_paths_outside_dir_deletes_nothing_there(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = repo / "out"
+    out.mkdir()
+    outside = repo / "outside.txt"
+    outside.write_text("mine\n")
+    manifest = {"files": ["../outside.txt", str(outside), "", 3]}
+    (out / ".gpuinfra-render.json").write_text(json.dumps(manifest))
+    code, _, err = _render(capsys, "out")
+    assert (code, err) == (0, ""), err
+    assert outside.read_text() == "mine\n"
+
+
+def test_a_manifest_that_is_not_json_is_replaced(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = repo / "out"
+    out.mkdir()
+    (out / ".gpuinfra-render.json").write_text("{not json")
+    code, _, err = _render(capsys, "out")
+    assert (code, err) == (0, ""), err
+    assert "keda/release.yaml" in json.loads((out / ".gpuinfra-render.json").read_text())["files"]
