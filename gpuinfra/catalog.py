@@ -133,3 +133,9 @@ REGION_ZONES: dict[str, tuple[str, ...]] = {
 def availability_zones(region: str) -> tuple[str, ...] | None:
     """The zone names of ``region``, or None for a region the catalog does not list."""
     return REGION_ZONES.get(region)
+
+
+def region_of_zone(zone: str) -> str | None:
+    """The region whose zone ``zone`` is (us-west-2a: us-west-2), or None for a name the
+    catalog does not list."""
+    return next((region for region, zones in REGION_ZONES.items() if zone in zones), None)

@@ -57,6 +57,8 @@ NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 LAUNCH_CONFIGURATION = "aws:ec2/launchConfiguration:LaunchConfiguration"
 INSTANCE = "aws:ec2/instance:Instance"
+SUBNET = "aws:ec2/subnet:Subnet"
+AWS_PROVIDER = "pulumi:providers:aws"
 AUTOSCALING_GROUP = "aws:autoscaling/group:Group"
 EBS_VOLUME = "aws:ebs/volume:Volume"
 EBS_DEFAULT_ENCRYPTION = "aws:ebs/encryptionByDefault:EncryptionByDefault"
@@ -1372,17 +1374,38 @@ def node_cap(resources: Sequence[Resource], limits: Limits) -> list[str]:
     ]
 
 
+def stack_regions(resources: Sequence[Resource]) -> set[str]:
+    """The AWS regions a stack's resources name: its AWS providers' region and the region of
+    each subnet's availability zone (a name the catalog does not list is left out)."""
+    found: set[str] = set()
+    for r in resources:
+        value = r.inputs.get("region" if r.type_ == AWS_PROVIDER else "availabilityZone")
+        if not isinstance(value, str):
+            continue
+        if r.type_ == AWS_PROVIDER:
+            found.add(value)
+        elif r.type_ == SUBNET and (region := catalog.region_of_zone(value)):
+            found.add(region)
+    return found
+
+
 def monthly_cost_ceiling(resources: Sequence[Resource], limits: Limits) -> list[str]:
     """GPU nodes at their maximum size, priced on demand, fit the monthly budget.
 
     Spot and reserved capacity are priced on demand too: the ceiling is an upper bound. A
-    group of several types is priced at its dearest.
+    group of several types is priced at its dearest. The catalog's prices are one region's: a
+    stack in another region cannot be checked, rather than be priced as if it ran there.
     """
+    gpu_capacity = [c for c in capacities(resources) if not c.system and c.max_size > 0]
+    unpriced = sorted(stack_regions(resources) - {catalog.PRICE_REGION})
+    if gpu_capacity and unpriced:
+        return [
+            f"no on-demand prices for {', '.join(unpriced)} in the catalog ({catalog.PRICE_DATE}, "
+            f"{catalog.PRICE_REGION} only); the cost ceiling cannot be checked"
+        ]
     found: list[str] = []
     total = 0.0
-    for cap in capacities(resources):
-        if cap.system or cap.max_size == 0:
-            continue
+    for cap in gpu_capacity:
         costs: list[float] = []
         for instance_type in cap.instance_types or ("",):
             cost = catalog.monthly_on_demand_usd(instance_type, cap.max_size)

@@ -146,6 +146,20 @@ def test_a_type_without_a_price_cannot_pass_the_ceiling() -> None:
     assert "no on-demand price for p5e.48xlarge" in message
 
 
+def test_a_stack_outside_the_priced_region_cannot_pass_the_ceiling() -> None:
+    subnet = Res(v.SUBNET, {"availabilityZone": "us-west-2a"})
+    (message,) = v.monthly_cost_ceiling([subnet, node_group(max_size=1)], DEV)
+    assert message.startswith("no on-demand prices for us-west-2 in the catalog")
+    assert message.endswith("the cost ceiling cannot be checked")
+    provider = Res(v.AWS_PROVIDER, {"region": "eu-west-1"})
+    (message,) = v.monthly_cost_ceiling([provider, node_group(max_size=1)], DEV)
+    assert "no on-demand prices for eu-west-1" in message
+    # In the priced region the ceiling is checked as before; without GPU nodes nothing to price.
+    here = Res(v.SUBNET, {"availabilityZone": "us-east-1a"})
+    assert v.monthly_cost_ceiling([here, node_group(max_size=2)], DEV) == []
+    assert v.monthly_cost_ceiling([subnet, node_group(max_size=0)], DEV) == []
+
+
 def test_a_group_without_any_instance_type_runs_the_eks_default() -> None:
     group = node_group(instanceTypes=None)
     (message,) = v.allowed_instance_types([group], DEV)
