@@ -175,18 +175,14 @@ def config_check(
     """Validate a stack file or a site inventory; exit 2 with one line per problem. A prod stack
     or site whose pins are past their end of support fails the check (exit 1)."""
     from gpuinfra import config, integrity
-    from gpuinfra.loading import display_path
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
     if stack is not None:
-        from gpuinfra.review import policy
+        from gpuinfra.cli import checks
 
         cfg = config.load_stack(stack)
-        refused = policy.pool_findings(stack, cfg)
-        if refused:
-            raise ConfigError(refused)
-        warnings = integrity.check_stack(cfg, display_path(config.stack_path(stack)))
+        warnings = checks.stack_warnings(stack, cfg)
         for warning in warnings:
             out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
         if problems := prod_support_problems(cfg.environment, as_of):

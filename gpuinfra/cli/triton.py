@@ -64,6 +64,18 @@ def _source(
     )
 
 
+def _check_edit(stack: str | None, site: Path | None, where: TritonFile, text: str) -> None:
+    """Refuse (exit 2, nothing written) an edit that leaves the stack or site failing what
+    ``config check`` checks: the file, the node limits, the whole stack's or site's integrity."""
+    from gpuinfra.cli import checks
+
+    if stack is not None:
+        checks.edited_stack(stack, text)
+    else:
+        assert site is not None
+        checks.edited_site(site, where.path, text)
+
+
 def _table(result: Result) -> Table:
     table = Table(title=f"{result.model}: P99 bound {result.sla.p99_ms:g} ms ({result.target})")
     table.add_column("configuration", overflow="fold")
@@ -122,6 +134,8 @@ def tune(
         raise UsageError(f"{display_path(where.path)}: no model {model!r} (models: {names})")
     if p99_ms <= 0:
         raise UsageError("--p99-ms: give a bound above 0")
+    # A file config check refuses is refused now, not after minutes of measuring.
+    _check_edit(stack, site, where, where.path.read_text("utf-8"))
     grid = tune_mod.Grid(
         max_batch_sizes=tuple(_levels(max_batch_size, "--max-batch-size")),
         queue_delays_us=tuple(_levels(queue_delay_us, "--queue-delay-us")),
@@ -169,6 +183,7 @@ def tune(
         "instance_group": {"count": best.instances},
     }
     before, after = modeledit.edit(where, model, values)
+    _check_edit(stack, site, where, after)
     shown = display_path(where.path)
     for line in difflib.unified_diff(
         before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
@@ -206,6 +221,7 @@ def canary(
         raise UsageError("give exactly one of WEIGHT (0 to 100) or --remove")
     settings, where, _, _ = _source(stack, site, "serving_groups")
     before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
+    _check_edit(stack, site, where, after)
     shown = display_path(where.path)
     for line in difflib.unified_diff(
         before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""

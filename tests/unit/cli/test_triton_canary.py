@@ -107,7 +107,10 @@ def test_a_site_without_serving_groups_is_one_line(
 STACK_TAIL = """\
     triton:
       enabled: true
-      modelRepository: {pvc: models}
+      modelRepository: {s3: "s3://models/repo"}
+      gpuType: l4
+      cpu: "2"
+      memory: 8Gi
       gateway: {name: inference}
       models:
         - {name: resnet50, backend: onnxruntime}
@@ -117,16 +120,22 @@ STACK_TAIL = """\
 """
 
 
-def test_a_stacks_group_gets_its_canary_in_the_stack_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> Path:
     for name in ("versions.yaml", "Pulumi.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     for name in ("stacks", "policies"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     stack = tmp_path / "stacks" / "Pulumi.dev.yaml"
-    stack.write_text(stack.read_text() + STACK_TAIL)
+    stack.write_text(stack.read_text() + tail)
     monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return stack
+
+
+def test_a_stacks_group_gets_its_canary_in_the_stack_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = _stack(tmp_path, monkeypatch, STACK_TAIL)
     code, out, err = _run(capsys, "vision", "25", "--stack", "dev")
     assert code == 0, err
     assert stack.read_text().endswith(
@@ -139,3 +148,70 @@ def test_a_stacks_group_gets_its_canary_in_the_stack_file(
     code, _, err = _run(capsys, "bert", "25", "--stack", "dev")
     assert code == 2
     assert "no serving group 'bert' in config.gpuinfra:addons.triton.servingGroups" in err
+
+
+# config check refuses this stack: triton-bert asks for 16Gi (Triton's default) on an l4 node
+# (g6.xlarge) that allocates 14.5Gi.
+TOO_LARGE = """\
+    triton:
+      enabled: true
+      modelRepository: {s3: "s3://models/repo"}
+      gpuType: l4
+      gateway: {name: inference}
+      models:
+        - {name: bert, backend: onnxruntime}
+      servingGroups: [{name: bert, models: [bert], cpu: "2"}]
+"""
+MISFIT = "memory 16.0Gi requested, 14.5Gi allocatable"
+
+
+@pytest.mark.parametrize("argv", [("25",), ("25", "--dry-run"), ("0",)])
+def test_a_stack_config_check_refuses_is_not_written(
+    argv: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stack = _stack(tmp_path, monkeypatch, TOO_LARGE)
+    before = stack.read_text()
+    checked = cli_code(capsys, "config", "check", "--stack", "dev")
+    assert checked[0] == 2 and MISFIT in checked[2]
+    code, out, err = _run(capsys, "bert", *argv, "--stack", "dev")
+    assert (code, out) == (2, "")
+    lines = err.strip().splitlines()
+    # One line per problem, as config check gives them: the group and its new canary.
+    assert lines, err
+    for line in lines:
+        assert line.startswith("error: stacks/Pulumi.dev.yaml: Deployment triton/triton-bert")
+        assert MISFIT in line
+    assert stack.read_text() == before
+
+
+def test_a_site_config_check_refuses_is_not_written(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The vision group asks for a MIG slice no host's layout gives: refused, named in the
+    site's own file, whichever directory the check read."""
+    variables = site / "group_vars" / "all" / "triton.yml"
+    variables.write_text(variables.read_text() + "    gpuResource: nvidia.com/mig-3g.71gb\n")
+    before = variables.read_text()
+    assert cli_code(capsys, "config", "check", "--site", str(site))[0] == 2
+    code, out, err = _run(capsys, "vision", "10", "--site", str(site))
+    assert (code, out) == (2, "")
+    lines = err.strip().splitlines()
+    assert lines, err
+    for line in lines:
+        assert line.startswith(f"error: {site}: Deployment triton/triton-vision"), line
+        assert "no declared node can run it" in line
+    assert "gpuinfra-edit-" not in err
+    assert variables.read_text() == before
+
+
+def cli_code(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = 0
+    try:
+        cli.main(list(argv))
+    except SystemExit as done:
+        code = int(done.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

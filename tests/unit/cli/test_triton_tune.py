@@ -24,7 +24,10 @@ from tests.conftest import ROOT
 STACK_TAIL = """\
     triton:
       enabled: true
-      modelRepository: {pvc: models}
+      modelRepository: {s3: "s3://models/repo"}
+      gpuType: l4
+      cpu: "2"
+      memory: 8Gi
       models:
         # The classifier the tuning is about.
         - name: bert
@@ -44,6 +47,8 @@ def repo(tmp_path: Path) -> Path:
         pytest.skip(str(missing))
     for name in ("versions.yaml", "Pulumi.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "policies").mkdir()
+    shutil.copy(ROOT / "policies" / "limits.yaml", tmp_path / "policies" / "limits.yaml")
     (tmp_path / "stacks").mkdir()
     stack = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text()
     (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text(stack + STACK_TAIL)
@@ -115,3 +120,38 @@ def test_an_unknown_model_is_one_line_and_changes_nothing(repo: Path) -> None:
         "error: stacks/Pulumi.dev.yaml: no model 'bart' (models: bert, tokenizer)"
     )
     assert (repo / "stacks" / "Pulumi.dev.yaml").read_text() == before
+
+
+def test_a_stack_config_check_refuses_is_refused_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Triton needed: the stack's Triton asks for more memory than an l4 node allocates,
+    which ``config check`` refuses; tune says so before it starts a server, and writes nothing."""
+    from gpuinfra import cli
+    from gpuinfra.lab import tune as tune_mod
+
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    (tmp_path / "stacks").mkdir()
+    stack = tmp_path / "stacks" / "Pulumi.dev.yaml"
+    text = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text() + STACK_TAIL.replace(
+        "memory: 8Gi", "memory: 16Gi"
+    )
+    stack.write_text(text)
+    monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+    def measured(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tune measured a stack config check refuses")
+
+    monkeypatch.setattr(tune_mod, "tune", measured)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"])
+    assert done.value.code == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: stacks/Pulumi.dev.yaml: Deployment triton/triton ")
+    assert "memory 16.0Gi requested, 14.5Gi allocatable" in line
+    assert stack.read_text() == text
+    assert not (tmp_path / "stacks" / "tuning").exists()
