@@ -126,13 +126,88 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "node_packages_fetch_timeout": (1, 3600, "seconds, at most an hour"),
     "node_packages_fetch_retries": (0, 100, "tries"),
     "ansible_port": (1, 65535, "a TCP port"),
+    "ansible_ssh_port": (1, 65535, "a TCP port"),
 }
+
+# Ansible's ``bool`` filter, which the playbooks read gpuinfra's switches with
+# (``gpuinfra_k8s_node | default(false) | bool``): these words in any case, booleans, 1 and 0.
+# Anything else it guesses with a deprecation warning (``maybe`` and ``y`` as false, ``1.0`` as
+# true), so a site that wrote ``maybe`` would silently not be a Kubernetes node.
+BOOL_FILTER = "bool filter"
+_BOOL_FILTER_TRUE = ("true", "yes", "on", "1")
+_BOOL_FILTER_FALSE = ("false", "no", "off", "0")
+
+# Variables no role's argument_specs declares that a site may set: the playbooks' own
+# ``gpuinfra_*`` variables (README, "play-level variable") and the Ansible connection variables
+# gpuinfra bounds. The add-on roles' shared ``gpuinfra_*`` options come from their specs.
+SITE_VARS: dict[str, VarSpec] = {
+    spec.name: spec
+    for spec in (
+        VarSpec("site", ENVIRONMENT_VAR, "str", ENVIRONMENTS),
+        VarSpec("playbooks", "gpuinfra_k8s_node", BOOL_FILTER),
+        VarSpec("playbooks", "gpuinfra_k8s_node_name", "str"),
+        VarSpec("playbooks", "gpuinfra_kubeconfig_host", "str"),
+        VarSpec("playbooks", "gpuinfra_kubeconfig", "path"),
+        VarSpec("playbooks", "gpuinfra_check_fleet_groups", "list", elements="str"),
+        VarSpec("playbooks", "gpuinfra_check_fleet_fail_on_drift", BOOL_FILTER),
+        VarSpec("playbooks", "gpuinfra_check_fail_on_error", BOOL_FILTER),
+        # upgrade_driver.yml hands it to nvidia_driver_reboot, a bool of the driver role's spec.
+        VarSpec("playbooks", "gpuinfra_upgrade_reboot", "bool"),
+        VarSpec("ansible", "ansible_port", "int"),
+        VarSpec("ansible", "ansible_ssh_port", "int"),
+    )
+}
+
+# gpuinfra variables an inventory cannot set: Ansible reads them where inventory variables
+# never reach (a play keyword is templated before any host is chosen; include_vars wins over
+# the inventory).
+NOT_FROM_INVENTORY: dict[str, str] = {
+    "gpuinfra_check_hosts": "playbooks/check.yml reads it in the play's 'hosts', which inventory "
+    "variables never reach; pass it with -e",
+    "gpuinfra_upgrade_serial": "playbooks/upgrade_driver.yml reads it in the play's 'serial', "
+    "which inventory variables never reach; pass it with -e",
+    "gpuinfra_upgrade_max_fail_percentage": "playbooks/upgrade_driver.yml reads it in the play's "
+    "'max_fail_percentage', which inventory variables never reach; pass it with -e",
+    "gpuinfra_versions": "the playbooks load it from versions.yaml over any inventory value; "
+    "edit versions.yaml",
+}
+
+# The prefix of gpuinfra's own variables: one a playbook or role does not read is a mistake.
+OWN_PREFIX = "gpuinfra_"
+
+# The Ansible connection and privilege variables sites set most. An ``ansible_*`` name within two
+# edits of one of these and not itself one is a misspelling Ansible would silently ignore
+# (``ansible_hostt``, ``ansible_prot``). No variable of ansible-core's or the installed
+# collections' connection, become and shell plugins is that close to another of these (a unit
+# test keeps ansible-core's so), so a plugin's own variable (``ansible_ssh_host``,
+# ``ansible_lxd_host``) passes.
+COMMON_ANSIBLE_VARS = (
+    "ansible_become",
+    "ansible_become_exe",
+    "ansible_become_flags",
+    "ansible_become_method",
+    "ansible_become_password",
+    "ansible_become_user",
+    "ansible_connection",
+    "ansible_host",
+    "ansible_password",
+    "ansible_port",
+    "ansible_private_key_file",
+    "ansible_python_interpreter",
+    "ansible_shell_type",
+    "ansible_ssh_common_args",
+    "ansible_ssh_private_key_file",
+    "ansible_timeout",
+    "ansible_user",
+)
 
 
 def coerce(value: Any, spec: VarSpec) -> Any:
     """``value`` as Ansible's argument validation converts it; ValueError when it cannot."""
     if value is None:  # Ansible's argument validation leaves an unset (null) option alone
         return None
+    if spec.type == BOOL_FILTER:
+        return _bool_filter(value)
     if isinstance(value, bool) and spec.type in ("int", "float"):
         raise ValueError(f"expected {spec.type}, got a boolean {value!r}")
     if spec.type in ("str", "path") and not isinstance(value, str):
@@ -164,6 +239,7 @@ def _checked(
 ) -> tuple[list[Problem], dict[str, Any]]:
     """Problems of one vars file, and its variables as Ansible converts them."""
     specs = role_specs(roles_dir)
+    typed = site_vars(roles_dir)
     problems: list[Problem] = []
     converted: dict[str, Any] = {}
     for key, value in variables.items():
@@ -178,10 +254,13 @@ def _checked(
             problems.append(Problem(file, key, problem))
             continue
         role = owner(key, specs)
-        if role is None:
-            continue
-        spec = specs[role].get(key)
+        spec = typed.get(key) if role is None else specs[role].get(key)
         if spec is None:
+            if role is None:
+                # Not gpuinfra's: a user's own variable, unless it misspells one of ours.
+                if why := _unknown(key, typed):
+                    problems.append(Problem(file, key, why))
+                continue
             hint = did_you_mean(key, specs[role])
             problems.append(
                 Problem(
@@ -197,7 +276,9 @@ def _checked(
         try:
             value = coerce(value, spec)
         except ValueError as exc:
-            problems.append(Problem(file, key, str(exc)))
+            low_high = BOUNDS.get(key)
+            bound = f" (allowed: {low_high[0]} to {low_high[1]}; {low_high[2]})" if low_high else ""
+            problems.append(Problem(file, key, f"{exc}{bound}"))
             continue
         converted[key] = value
         problem = _bound(key, value)
@@ -218,6 +299,82 @@ def _checked(
         elif why := inputs.problem(key, value):
             problems.append(Problem(file, key, why))
     return problems, converted
+
+
+def _bool_filter(value: Any) -> bool:
+    """``value`` as Ansible's ``bool`` filter reads it; ValueError where the filter would guess."""
+    # bool is an int: True reads as "true", as the filter reads it.
+    word = str(value).lower() if isinstance(value, str | int) else None
+    if word in _BOOL_FILTER_TRUE:
+        return True
+    if word in _BOOL_FILTER_FALSE:
+        return False
+    raise ValueError(
+        f"expected a boolean, got {excerpt(repr(value))} (allowed: true or false; Ansible's bool "
+        "filter also reads yes/no, on/off and 1/0)"
+    )
+
+
+def site_vars(roles_dir: Path | None = None) -> dict[str, VarSpec]:
+    """The typed variables of a site that no role owns by its prefix: SITE_VARS, and the
+    ``gpuinfra_*`` options the add-on roles declare in their specs."""
+    shared = {
+        name: spec
+        for options in role_specs(roles_dir).values()
+        for name, spec in options.items()
+        if name.startswith(OWN_PREFIX)
+    }
+    return {**shared, **SITE_VARS}
+
+
+def _unknown(key: str, typed: dict[str, VarSpec]) -> str | None:
+    """Why a variable no role or playbook declares is a mistake, or None for a user's own."""
+    if key in NOT_FROM_INVENTORY:
+        return NOT_FROM_INVENTORY[key]
+    if key.startswith(OWN_PREFIX):
+        known = [
+            *(name for name in typed if name.startswith(OWN_PREFIX)),
+            *NOT_FROM_INVENTORY,
+        ]
+        # Compared without the shared prefix, which would make any two names look alike.
+        hint = did_you_mean(
+            key.removeprefix(OWN_PREFIX), [k.removeprefix(OWN_PREFIX) for k in known]
+        )
+        hint = hint.replace("'", f"'{OWN_PREFIX}", 1) if hint else ""
+        return "unknown variable: no gpuinfra playbook or role reads it" + (
+            hint or f" (known: {allowed(known)})"
+        )
+    if key.startswith("ansible_") and key not in COMMON_ANSIBLE_VARS:
+        folded = key.replace("_", "")
+        close = sorted(
+            (_edits(key, name), name)
+            for name in COMMON_ANSIBLE_VARS
+            if _edits(key, name) <= 2 or name.replace("_", "") == folded
+        )
+        if close:
+            # After "(allowed": a name like ansible_become_passwd is a secret's, and the
+            # message's quoted values before it are masked.
+            return (
+                "not a variable Ansible reads, so it would be ignored (allowed: the variables "
+                f"Ansible reads; did you mean '{close[0][1]}'?)"
+            )
+    return None
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits between two names: insertions, deletions, substitutions and swaps of neighbours."""
+    if abs(len(a) - len(b)) > 2:
+        return 3  # more than any name counts as close
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], previous2[j - 2] + 1)
+        previous2, previous = previous, row
+    return previous[-1]
 
 
 def _bound(key: str, value: Any) -> str | None:

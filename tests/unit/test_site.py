@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 
 from gpuinfra import site
 from gpuinfra.errors import ConfigError, UsageError
+from tests.conftest import ROOT, run_cli
 
 SPECS = {
     "argument_specs": {
@@ -136,3 +138,207 @@ def test_list_choices_apply_to_each_element(
     bad = make_site(tmp_path, {"nvidia_container_toolkit_runtimes": ["containerd", "dokcer"]})
     with pytest.raises(ConfigError, match="'dokcer' is not allowed; did you mean 'docker'"):
         site.load_site(bad, roles_dir)
+
+
+def one_problem(tmp_path: Path, roles: Path, group_vars: dict[str, object]) -> str:
+    found = problems(tmp_path, roles, group_vars)
+    assert len(found) == 1, found
+    return found[0]
+
+
+DRIVER_YML = "mysite/group_vars/gpu_nodes/driver.yml"
+
+
+@pytest.mark.parametrize("port", ["abc", "22x", "70000", 70000, 0, 22.5, True, [22]])
+def test_a_port_that_is_no_tcp_port_is_refused(tmp_path: Path, roles: Path, port: object) -> None:
+    line = one_problem(tmp_path, roles, {"ansible_port": port})
+    assert line.startswith(f"{DRIVER_YML}: ansible_port: "), line
+    assert line.endswith("(allowed: 1 to 65535; a TCP port)"), line
+
+
+def test_a_port_ansible_converts_is_accepted_as_the_number(tmp_path: Path, roles: Path) -> None:
+    loaded = site.load_site(make_site(tmp_path, {"ansible_port": "2201"}), roles)
+    assert loaded.hosts["node-a"].vars["ansible_port"] == 2201
+
+
+@pytest.mark.parametrize(
+    ("value", "node"),
+    [(True, True), ("yes", True), ("On", True), (1, True), ("1", True), (False, False),
+     ("no", False), (0, False)],
+)  # fmt: skip
+def test_k8s_node_is_read_as_ansibles_bool_filter_reads_it(
+    tmp_path: Path, roles: Path, value: object, node: bool
+) -> None:
+    """The playbooks read it with `| bool`: what the filter reads as true makes a node."""
+    loaded = site.load_site(make_site(tmp_path, {"gpuinfra_k8s_node": value}), roles)
+    assert loaded.hosts["node-a"].vars["gpuinfra_k8s_node"] is node
+
+
+@pytest.mark.parametrize("value", ["maybe", "y", "t", 2, 1.0, [True]])
+def test_k8s_node_the_bool_filter_would_guess_is_refused(
+    tmp_path: Path, roles: Path, value: object
+) -> None:
+    line = one_problem(tmp_path, roles, {"gpuinfra_k8s_node": value})
+    assert line.startswith(f"{DRIVER_YML}: gpuinfra_k8s_node: expected a boolean, got "), line
+    assert "(allowed: true or false;" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("gpuinfra_k8s_nod", "gpuinfra_k8s_node"),
+        ("gpuinfra_enviroment", "gpuinfra_environment"),
+        ("gpuinfra_kubeconfig_hots", "gpuinfra_kubeconfig_host"),
+        ("gpuinfra_upgrade_reboots", "gpuinfra_upgrade_reboot"),
+    ],
+)
+def test_a_misspelt_gpuinfra_variable_gets_a_suggestion(
+    tmp_path: Path, roles: Path, key: str, meant: str
+) -> None:
+    assert one_problem(tmp_path, roles, {key: True}) == (
+        f"{DRIVER_YML}: {key}: unknown variable: no gpuinfra playbook or role reads it; "
+        f"did you mean '{meant}'?"
+    )
+
+
+def test_an_unknown_gpuinfra_variable_lists_the_known_ones(tmp_path: Path, roles: Path) -> None:
+    line = one_problem(tmp_path, roles, {"gpuinfra_colour": "blue"})
+    assert line.startswith(
+        f"{DRIVER_YML}: gpuinfra_colour: unknown variable: no gpuinfra playbook or role reads it "
+        "(known: 'gpuinfra_check_fail_on_error', "
+    ), line
+
+
+def test_a_misspelt_environment_cannot_escape_the_prod_rules(tmp_path: Path, roles: Path) -> None:
+    line = one_problem(tmp_path, roles, {"gpuinfra_enviroment": "prod"})
+    assert "did you mean 'gpuinfra_environment'?" in line
+    assert one_problem(tmp_path, roles, {"gpuinfra_environment": "prd"}) == (
+        f"{DRIVER_YML}: gpuinfra_environment: 'prd' is not allowed; did you mean 'prod'? "
+        "(allowed: 'dev', 'prod' or 'staging')"
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["gpuinfra_upgrade_serial", "gpuinfra_upgrade_max_fail_percentage", "gpuinfra_check_hosts"],
+)
+def test_a_play_keyword_variable_in_the_inventory_says_to_pass_it_with_e(
+    tmp_path: Path, roles: Path, key: str
+) -> None:
+    line = one_problem(tmp_path, roles, {key: 1})
+    assert line.startswith(f"{DRIVER_YML}: {key}: playbooks/"), line
+    assert line.endswith("which inventory variables never reach; pass it with -e"), line
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("ansible_hostt", "ansible_host"),
+        ("ansible_prot", "ansible_port"),
+        ("ansible_usr", "ansible_user"),
+        ("ansible_pyhton_interpreter", "ansible_python_interpreter"),
+        ("ansible_ssh_private_keyfile", "ansible_ssh_private_key_file"),
+        ("ansible_become_passwd", "ansible_become_password"),
+        ("ansible_sshprivatekeyfile", "ansible_ssh_private_key_file"),
+    ],
+)
+def test_a_misspelt_ansible_connection_variable_gets_a_suggestion(
+    tmp_path: Path, roles: Path, key: str, meant: str
+) -> None:
+    assert one_problem(tmp_path, roles, {key: "x"}) == (
+        f"{DRIVER_YML}: {key}: not a variable Ansible reads, so it would be ignored (allowed: "
+        f"the variables Ansible reads; did you mean '{meant}'?)"
+    )
+
+
+def _ansible_core_variables() -> set[str]:
+    """Every variable ansible-core's connection, become and shell plugins document, its
+    connection variable mapping and its base configuration read."""
+    import sys
+
+    from ansible import constants
+    from ansible.plugins import loader
+    from ansible.utils.plugin_docs import get_docstring
+
+    loader.init_plugin_loader()
+    names: set[str] = set()
+    for names_of in constants.MAGIC_VARIABLE_MAPPING.values():
+        names.update(names_of)
+    for definition in constants.config.get_configuration_definitions().values():
+        names.update(v["name"] for v in definition.get("vars") or [])
+    for plugins in (loader.connection_loader, loader.become_loader, loader.shell_loader):
+        for plugin in plugins.all(class_only=True):
+            path = sys.modules[plugin.__module__].__file__
+            doc = get_docstring(path, fragment_loader=loader.fragment_loader)[0] or {}
+            for option in (doc.get("options") or {}).values():
+                names.update(v["name"] for v in option.get("vars") or [])
+    return {str(n) for n in names if n.startswith("ansible_")}
+
+
+def test_every_variable_ansible_core_reads_is_accepted(tmp_path: Path, roles: Path) -> None:
+    known = _ansible_core_variables()
+    assert {"ansible_ssh_host", "ansible_become_pass", "ansible_psrp_port"} <= known
+    values: dict[str, object] = dict.fromkeys(sorted(known), "x")
+    values.update(ansible_port=22, ansible_ssh_port=22)  # typed: a number
+    loaded = site.load_site(make_site(tmp_path, values), roles)
+    assert set(loaded.hosts["node-a"].vars) >= known
+
+
+def test_a_users_own_variables_are_left_alone(tmp_path: Path, roles: Path) -> None:
+    mine = {
+        "ntp_server": "x",
+        "nvidia_drvier_mirror": "x",  # no prefix of gpuinfra's: a user's own, however close
+        "ansible_hostname": "x",  # a fact, four edits from ansible_host
+        "ansible_lxd_host": "x",  # a collection plugin's own
+        "ansible_perl_interpreter": "/usr/bin/perl",
+    }
+    loaded = site.load_site(make_site(tmp_path, mine), roles)
+    assert loaded.hosts["node-b"].vars["ntp_server"] == "x"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "key"),
+    [
+        ("hosts.yml", "gpu-node-01.example.internal\n", "gpu-node-01.example.internal\n"
+         "      ansible_port: abc\n", "ansible_port"),
+        ("group_vars/all/connection.yml", "ansible_user: ops", 'ansible_port: "70000"',
+         "ansible_port"),
+        ("group_vars/gpu_nodes/kubernetes.yml", "gpuinfra_k8s_node: true",
+         "gpuinfra_k8s_nod: true", "gpuinfra_k8s_nod"),
+        ("group_vars/gpu_nodes/kubernetes.yml", "gpuinfra_k8s_node: true",
+         "gpuinfra_k8s_node: maybe", "gpuinfra_k8s_node"),
+        ("group_vars/all/connection.yml", "ansible_user: ops",
+         "ansible_user: ops\ngpuinfra_enviroment: prod", "gpuinfra_enviroment"),
+        ("group_vars/all/connection.yml", "ansible_user: ops", "ansible_usr: ops", "ansible_usr"),
+    ],
+)  # fmt: skip
+def test_config_check_refuses_a_site_variable_in_one_line(
+    tmp_path: Path, file: str, old: str, new: str, key: str
+) -> None:
+    site_dir = tmp_path / "mysite"
+    shutil.copytree(ROOT / "inventory" / "example", site_dir)
+    path = site_dir / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    before = _tree(tmp_path)
+    result = run_cli("config", "check", "--site", str(site_dir))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert (result.code, len(lines)) == (2, 1), result.stderr
+    assert lines[0].startswith(f"error: {site_dir / file}: {key}: "), lines[0]
+    assert result.stdout == ""
+    assert _tree(tmp_path) == before
+
+
+def test_a_k8s_node_written_as_one_is_a_kubernetes_node(tmp_path: Path) -> None:
+    """`1 | bool` is true: the integrity check counts the hosts as nodes, as the roles do."""
+    site_dir = tmp_path / "mysite"
+    shutil.copytree(ROOT / "inventory" / "example", site_dir)
+    path = site_dir / "group_vars" / "gpu_nodes" / "kubernetes.yml"
+    path.write_text(path.read_text().replace("gpuinfra_k8s_node: true", "gpuinfra_k8s_node: 1"))
+    result = run_cli("config", "check", "--site", str(site_dir))
+    assert result.code == 0, result.stderr
+    assert "site mysite: valid (2 hosts)" in result.stdout
