@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from gpuinfra.addons import ADDONS, settings_model
 from gpuinfra.errors import CheckFailed
+from gpuinfra.loading import display_path
 
 COMMAND = "gpuinfra addons role-files"
 
@@ -271,8 +272,7 @@ def check(roles_dir: Path) -> None:
     outdated = stale(roles_dir)
     if outdated:
         raise CheckFailed(
-            f"{path.relative_to(roles_dir.parent)}: stale, not what the settings model gives; "
-            f"run `{COMMAND}`"
+            f"{display_path(path)}: stale, not what the settings model gives; run `{COMMAND}`"
             for path in outdated
         )
 

@@ -161,18 +161,35 @@ def role_files(
 ) -> None:
     """Write the add-on roles' defaults and argument specs from the settings models."""
     from gpuinfra.addons import rolefiles
+    from gpuinfra.loading import display_path
     from gpuinfra.paths import repo_root
 
     roles_dir = roles or repo_root() / "roles"
+    _check_roles(roles_dir)
+    shown = display_path(roles_dir)
     if check:
         rolefiles.check(roles_dir)
-        say(f"role files under {roles_dir} are up to date")
+        say(f"role files under {shown} are up to date")
         return
     written = rolefiles.write(roles_dir)
     for path in written:
-        say(f"wrote {path.relative_to(roles_dir.parent)}")
+        say(f"wrote {display_path(path)}")
     if not written:
-        say(f"role files under {roles_dir} are up to date")
+        say(f"role files under {shown} are up to date")
+
+
+def _check_roles(roles_dir: Path) -> None:
+    """``--roles``: an existing directory holding at least one add-on role. The files are
+    generated into roles that exist; a directory that holds none is a mistaken path."""
+    from gpuinfra.addons import ADDONS
+
+    shown = excerpt(str(roles_dir), 80)
+    allowed = f"allowed: a roles directory holding the add-on roles ({', '.join(ADDONS)})"
+    if not roles_dir.is_dir():
+        what = "not a directory" if roles_dir.exists() else "no such directory"
+        raise UsageError(f"--roles {shown}: {what} ({allowed})")
+    if not any((roles_dir / addon).is_dir() for addon in ADDONS):
+        raise UsageError(f"--roles {shown}: holds no add-on role ({allowed})")
 
 
 def register(app: typer.Typer) -> None:

@@ -1129,6 +1129,21 @@ CASES: list[Case] = [
             ),
         )
     ),
+    # addons role-files --roles: an existing directory that holds add-on roles, or nothing.
+    *(
+        arg(case_id, ("addons", "role-files", *argv), "--roles", allowed, key=key)
+        for case_id, argv, key, allowed in (
+            ("roles-missing", ("--roles", "nowhere"), "--roles nowhere", "no such directory"),
+            (
+                "roles-missing-check",
+                ("--check", "--roles", "nowhere/roles"),
+                "nowhere/roles",
+                "no such directory",
+            ),
+            ("roles-a-file", ("--check", "--roles", DEV), DEV, "not a directory"),
+            ("roles-no-role", ("--roles", "stacks"), "--roles stacks", "holds no add-on role"),
+        )
+    ),
     Case(
         "diff-bad-working-tree",
         ("diff", "--base", "HEAD", "--stack", "dev"),
