@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import sys
+import threading
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -28,6 +30,7 @@ from gpuinfra.cli.console import err, out
 from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     CheckFailed,
     ConfigError,
     GpuinfraError,
@@ -213,8 +216,26 @@ def _register_command_groups() -> None:
 _register_command_groups()
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM ends a command as Ctrl-C does: its cleanups run, and it exits 130."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the app, turn library errors into messages and exit codes."""
+    # A command that stops child processes itself on SIGTERM (a converge) sets its own handler
+    # for the while, and puts this one back.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         # Not standalone: a usage error comes back here and is told in one line, like the rest.
         code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)
@@ -229,13 +250,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         # Not a user mistake and not the machine: a defect. The traceback is what a report needs.
         err.print_exception()
         line = f"internal error: {type(exc).__name__}: {exc}; this is a defect in gpuinfra"
         err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
         sys.exit(EXIT_INTERNAL)
+    if code == EXIT_INTERRUPTED:
+        # typer turns a KeyboardInterrupt in a command (Ctrl-C, SIGTERM) into this code.
+        err.print("interrupted")
     if isinstance(code, int) and code:
         sys.exit(code)
 

@@ -9,11 +9,15 @@ documents (see ``gpuinfra.review.plan``) and knows nothing of how they were made
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -424,7 +428,59 @@ class PlanResult:
     exit_code: int = 0
 
 
-def plan_in(root: Path, target: Target) -> PlanResult:
+class Children:
+    """The planning processes running now, so that an interrupt ends them: the worker threads
+    that wait on them see no KeyboardInterrupt, and the worktree they read is about to go."""
+
+    # Seconds a planning process gets to end on SIGTERM before it is killed.
+    GRACE = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+
+    def run(self, command: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+        """Run ``command`` to its end: its exit code, stdout and stderr."""
+        with self._lock:
+            if self._stopped:
+                return -signal.SIGTERM, "", "stopped"
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            self._running.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        return proc.returncode, out, err
+
+    def stop(self) -> None:
+        """End every planning process (SIGTERM, then SIGKILL after GRACE) and start no more."""
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        deadline = time.monotonic() + self.GRACE
+        for proc in running:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait()
+
+
+def plan_in(root: Path, target: Target, children: Children | None = None) -> PlanResult:
     """Plan one target with the code and files of the checkout at ``root``."""
     if not target.exists(root):
         return PlanResult(None)
@@ -433,14 +489,9 @@ def plan_in(root: Path, target: Target) -> PlanResult:
         GPUINFRA_ROOT=str(root),
         PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
-    proc = subprocess.run(
-        target.command(root),
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    command = target.command(root)
+    returncode, stdout, stderr = (children or Children()).run(command, cwd=root, env=env)
+    proc = subprocess.CompletedProcess(command, returncode, stdout, stderr)
     if proc.returncode != 0:
         lines = [
             line.removeprefix("error: ")
@@ -486,7 +537,8 @@ def resolve(ref: str, root: Path) -> str:
 
 
 class Worktree:
-    """A detached checkout of one commit in a temporary directory, removed on exit."""
+    """A detached checkout of one commit in a temporary directory, removed on exit: also on
+    an interrupt, even one that comes while git adds it, and even a second one meanwhile."""
 
     def __init__(self, root: Path, commit: str) -> None:
         self.root = root
@@ -497,16 +549,49 @@ class Worktree:
     def __enter__(self) -> Path:
         try:
             _git(self.root, "worktree", "add", "--detach", "--quiet", str(self.path), self.commit)
-        except ToolError:
-            self._tmp.cleanup()
+        except BaseException:
+            self._remove()
             raise
         return self.path
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            _git(self.root, "worktree", "remove", "--force", str(self.path))
-        finally:
-            self._tmp.cleanup()
+        self._remove()
+
+    def _remove(self) -> None:
+        with _signals_held():
+            removed = True
+            try:
+                _git(self.root, "worktree", "remove", "--force", str(self.path))
+            except ToolError:
+                removed = False
+            finally:
+                self._tmp.cleanup()
+            if not removed:
+                # Half added, or removed by hand: git still lists it until its entry is pruned.
+                with contextlib.suppress(ToolError):
+                    _git(self.root, "worktree", "prune")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while a cleanup runs, so that it runs whole; one that came
+    meanwhile is raised after it (as KeyboardInterrupt), unless an exception is on its way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt
 
 
 def diff(
@@ -537,13 +622,24 @@ def diff(
         )
         notes = () if plannable else (f"{base} predates `gpuinfra plan`: every target is new.",)
 
+        children = Children()
+
         def plan_job(job: tuple[Path, Target]) -> PlanResult:
             side, target = job
-            return plan_in(side, target) if plannable or side != base_root else PlanResult(None)
+            if plannable or side != base_root:
+                return plan_in(side, target, children)
+            return PlanResult(None)
 
         jobs_list = [(side, t) for t in chosen for side in (base_root, root)]
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            results = list(pool.map(plan_job, jobs_list))
+            try:
+                results = list(pool.map(plan_job, jobs_list))
+            except BaseException:
+                # Interrupted: the plans end now, before the worktree they read is removed.
+                with _signals_held():
+                    children.stop()
+                    pool.shutdown(wait=True, cancel_futures=True)
+                raise
         versions = diff_versions(base_root / "versions.yaml", root / "versions.yaml")
     reports = []
     for target, (before, after) in zip(chosen, _pairs(results), strict=True):

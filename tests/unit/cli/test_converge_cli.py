@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
@@ -64,8 +66,10 @@ def _running(marker: str) -> list[int]:
     return found
 
 
-def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path) -> None:
-    """ansible-playbook runs in a session of its own: the interrupt must be passed on to it."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path, signum: int) -> None:
+    """ansible-playbook runs in a session of its own: the interrupt (Ctrl-C, or SIGTERM, which
+    the command takes as Ctrl-C) must be passed on to it."""
     marker = "987.654"  # a sleep nobody else runs, to find the task's process by
     (tmp_path / "play.yml").write_text(SLOW_PLAYBOOK.format(marker=marker))
     (tmp_path / "hosts.yml").write_text(
@@ -83,7 +87,7 @@ def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path) -> None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the task never started"
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 130, stderr
         assert stderr.strip() == (
