@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +12,7 @@ import typer
 from rich.table import Table
 
 from gpuinfra.cli.console import out, say
-from gpuinfra.errors import CheckFailed, UsageError
+from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
@@ -234,6 +235,23 @@ def canary(
     say(f"wrote {shown}: review it with `gpuinfra diff`")
 
 
+# Seconds ``triton verify`` waits for a server's repository index.
+VERIFY_TIMEOUT = 10.0
+_NO_ANSWER = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+
+_GRPC_ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})", re.ASCII)
+
+
+def _grpc_address(url: str) -> None:
+    """``--url``: a gRPC address, HOST:PORT (an IPv6 host in brackets), without a scheme."""
+    found = _GRPC_ADDRESS.fullmatch(url)
+    if found is None or not 1 <= int(found.group(1)) <= 65535:
+        raise UsageError(
+            f"--url {excerpt(repr(url), 60)}: not a gRPC address (allowed: HOST:PORT with a port "
+            "of 1-65535, e.g. 127.0.0.1:8001, without http://)"
+        )
+
+
 @triton_app.command("verify")
 def verify(
     url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
@@ -250,6 +268,7 @@ def verify(
 
     from gpuinfra.addons import triton as spec
 
+    _grpc_address(url)
     settings, _, source, _ = _source(stack, site)
     groups = {g.name: g for g in spec.groups(settings)}
     if group is None and len(groups) > 1:
@@ -260,9 +279,13 @@ def verify(
         )
     served = groups[group] if group is not None else next(iter(groups.values()))
     try:
-        index = InferenceServerClient(url).get_model_repository_index().models
+        client = InferenceServerClient(url)
+        index = client.get_model_repository_index(client_timeout=VERIFY_TIMEOUT).models
     except InferenceServerException as failed:
-        raise CheckFailed([f"Triton at {url}: {failed.message()}"]) from None
+        # No index, so nothing was checked: the server does not answer, or not as Triton does.
+        status = failed.status() or "error"
+        what = "does not answer" if status in _NO_ANSWER else "gave no repository index"
+        raise ToolError(f"Triton at {url} {what}: {status}: {failed.message()}") from None
     entries = [(m.name, int(m.version), m.state) for m in index if m.version]
     problems = spec.index_problems(list(served.models), entries)
     for name, version, state in sorted(entries):
@@ -291,7 +314,7 @@ def repository(
             "by the Triton pod's init container when it starts"
         )
     bucket, _, prefix = repo.s3.removeprefix("s3://").partition("/")
-    keys = _s3_keys(bucket, prefix, repo.region, endpoint_url)
+    keys = _s3_keys(bucket, prefix, repo.region, endpoint_url, source)
     models = spec.served_models(settings)
     problems = spec.repository_problems(models, keys, prefix)
     if problems:
@@ -301,29 +324,62 @@ def repository(
         say(f"  {model.name}: version_policy {model.version_policy.describe()}")
 
 
-def _s3_keys(bucket: str, prefix: str, region: str | None, endpoint_url: str | None) -> list[str]:
-    """Every key under the prefix, listed with bounded timeouts and two attempts."""
+def _s3_keys(
+    bucket: str, prefix: str, region: str | None, endpoint_url: str | None, source: str
+) -> list[str]:
+    """Every key under the prefix, listed with bounded timeouts and two attempts.
+
+    A bucket that does not exist is the check's finding (exit 1); no credentials, no answer or
+    a refusal (access denied, an expired token) mean it could not look (exit 3).
+    """
     import boto3
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    client = boto3.client(
-        "s3",
-        region_name=region,
-        endpoint_url=endpoint_url,
-        config=Config(connect_timeout=5, read_timeout=15, retries={"max_attempts": 2}),
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        InvalidRegionError,
+        NoCredentialsError,
+        ParamValidationError,
     )
+
+    where = f"s3://{bucket}/{prefix}"
+    try:
+        client = boto3.client(
+            "s3",
+            region_name=region,
+            endpoint_url=endpoint_url,
+            config=Config(connect_timeout=5, read_timeout=15, retries={"max_attempts": 2}),
+        )
+    except InvalidRegionError:
+        raise UsageError(
+            f"{source}: triton.modelRepository.region {excerpt(repr(region), 40)}: not an AWS "
+            "region name (allowed: e.g. us-east-1)"
+        ) from None
+    except ValueError as refused:
+        raise UsageError(
+            f"--endpoint-url {excerpt(repr(endpoint_url), 60)}: {refused} (allowed: an http:// "
+            "or https:// URL)"
+        ) from None
     keys: list[str] = []
     try:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             keys += [item["Key"] for item in page.get("Contents", [])]
     except ClientError as failed:
         error = failed.response.get("Error", {})
-        raise CheckFailed(
-            [f"s3://{bucket}/{prefix}: {error.get('Code', 'error')}: {error.get('Message', '')}"]
+        code = error.get("Code", "error")
+        line = f"{where}: {code}: {error.get('Message', '')}"
+        if code == "NoSuchBucket":
+            raise CheckFailed([line]) from None
+        raise ToolError(line) from None
+    except NoCredentialsError as failed:
+        raise ToolError(
+            f"{where}: {failed}; give AWS credentials as the AWS CLI reads them "
+            "(AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, an instance role)"
         ) from None
+    except ParamValidationError as failed:
+        raise UsageError(f"{source}: triton.modelRepository.s3 {where}: {failed}") from None
     except BotoCoreError as failed:
-        raise CheckFailed([f"s3://{bucket}/{prefix}: {failed}"]) from None
+        raise ToolError(f"{where}: {failed}") from None
     return keys
 
 

@@ -99,9 +99,37 @@ def test_an_endpoint_that_does_not_answer_ends_with_one_line(
         "--endpoint-url",
         f"http://127.0.0.1:{port}",
     )
-    assert result.code == 1
-    assert f"127.0.0.1:{port}" in result.stderr
-    assert "Traceback" not in result.stderr
+    # It could not look: the environment (3), not a failed check (1).
+    assert result.code == 3
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: s3://{BUCKET}/serving/: ")
+    assert f"127.0.0.1:{port}" in line
+
+
+def test_no_credentials_is_the_environment_not_a_failed_check(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
+    result = run_cli("triton", "repository", "--site", str(s3_site(tmp_path)))
+    assert result.code == 3
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: s3://{BUCKET}/serving/: Unable to locate credentials; ")
+    assert "AWS_PROFILE" in line
+
+
+def test_an_endpoint_that_is_not_a_url_is_the_argument(tmp_path: Path) -> None:
+    site = s3_site(tmp_path)
+    result = run_cli("triton", "repository", "--site", str(site), "--endpoint-url", "minio:9000")
+    assert result.code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --endpoint-url 'minio:9000': ")
+    assert "allowed: an http:// or https:// URL" in line
 
 
 def test_a_volume_repository_is_refused_with_where_it_is_checked() -> None:
