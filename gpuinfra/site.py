@@ -143,7 +143,8 @@ _BOOL_FILTER_FALSE = ("false", "no", "off", "0")
 SITE_VARS: dict[str, VarSpec] = {
     spec.name: spec
     for spec in (
-        VarSpec("site", ENVIRONMENT_VAR, "str", ENVIRONMENTS),
+        # Its value is checked on the merged host variables (_check_environment).
+        VarSpec("site", ENVIRONMENT_VAR, "raw"),
         VarSpec("playbooks", "gpuinfra_k8s_node", BOOL_FILTER),
         VarSpec("playbooks", "gpuinfra_k8s_node_name", "str"),
         VarSpec("playbooks", "gpuinfra_kubeconfig_host", "str"),

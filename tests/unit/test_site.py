@@ -213,8 +213,8 @@ def test_a_misspelt_environment_cannot_escape_the_prod_rules(tmp_path: Path, rol
     line = one_problem(tmp_path, roles, {"gpuinfra_enviroment": "prod"})
     assert "did you mean 'gpuinfra_environment'?" in line
     assert one_problem(tmp_path, roles, {"gpuinfra_environment": "prd"}) == (
-        f"{DRIVER_YML}: gpuinfra_environment: 'prd' is not allowed; did you mean 'prod'? "
-        "(allowed: 'dev', 'prod' or 'staging')"
+        f"{DRIVER_YML}: gpuinfra_environment: 'prd' is not an environment "
+        "(allowed: dev, staging, prod)"
     )
 
 
