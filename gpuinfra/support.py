@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpuinfra.versions import Versions, minor_of, parse
+from gpuinfra.versions import Versions, minor_of, parse, pin_problem
 
 
 @dataclass(frozen=True)
@@ -75,35 +75,42 @@ def _maintained(entry: dict[str, Any], family: str, line: str, key: str, as_of: 
 
 
 def pinned_lines(v: Versions) -> list[tuple[str, str, str]]:
-    """(key in versions.yaml, family in the table, release line) for every dated pin."""
-    lines = []
+    """(key in versions.yaml, family in the table, release line) for every dated pin. A pin the
+    pinning rules refuse (``latest``, a malformed version) has no release line to judge."""
+    pins: list[tuple[str, str, str, str]] = []  # (key, family, version, its pin format)
     for source in ("distro", "cuda_repo", "preinstalled"):
         build = v.driver(source)
-        lines.append((f"nvidia_driver.{source}", "nvidia_driver", build.version.split(".")[0]))
+        pins.append((f"nvidia_driver.{source}", "nvidia_driver", build.version, "nvidia_driver"))
         for suite, pin in build.releases.items():
             key = f"nvidia_driver.{source}.releases.{suite}"
-            lines.append((key, "nvidia_driver", pin.version.split(".")[0]))
-    lines.append(
-        (
-            "gpu_operator.operands.driver",
-            "nvidia_driver",
-            v.gpu_operator.operands.get("driver", "").split(".")[0],
-        )
-    )
+            pins.append((key, "nvidia_driver", pin.version, "nvidia_driver"))
+    operator_driver = v.gpu_operator.operands.get("driver", "")
+    pins.append(("gpu_operator.operands.driver", "nvidia_driver", operator_driver, "nvidia_driver"))
     for name in ("containerd", "containerd_docker"):
         entry = getattr(v, name)
-        minor = ".".join(str(n) for n in parse(entry.version)[:2])
-        lines.append((name, "containerd", minor))
+        pins.append((name, "containerd", entry.version, name))
         for suite, pin in entry.releases.items():
-            minor = ".".join(str(n) for n in parse(pin.version)[:2])
-            lines.append((f"{name}.releases.{suite}", "containerd", minor))
-    k8s = ".".join(str(n) for n in parse(v.kubernetes.version)[:2])
-    lines.append(("kubernetes", "kubernetes", k8s))
-    lines.append(("gpu_operator", "gpu_operator", minor_of(v.gpu_operator.version)))
-    lines.append(("kueue", "kueue", minor_of(v.kueue.version)))
+            pins.append((f"{name}.releases.{suite}", "containerd", pin.version, name))
+    pins.append(("kubernetes", "kubernetes", v.kubernetes.version, "kubernetes"))
+    pins.append(("gpu_operator", "gpu_operator", v.gpu_operator.version, "gpu_operator"))
+    pins.append(("kueue", "kueue", v.kueue.version, "kueue"))
     if v.kubernetes.source.type == "eks":
-        lines.append(("kubernetes", "eks", k8s))
+        pins.append(("kubernetes", "eks", v.kubernetes.version, "kubernetes"))
+    lines = []
+    for key, family, version, pin_format in pins:
+        if pin_problem(version, pin_format):
+            continue
+        lines.append((key, family, _release_line(family, version)))
     return lines
+
+
+def _release_line(family: str, version: str) -> str:
+    """The release line a version belongs to in the table: a driver's branch, a minor."""
+    if family == "nvidia_driver":
+        return version.split(".")[0]
+    if family in ("gpu_operator", "kueue"):
+        return minor_of(version)
+    return ".".join(str(n) for n in parse(version)[:2])
 
 
 def stack_pin(key: str, family: str) -> bool:

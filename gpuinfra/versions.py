@@ -18,6 +18,7 @@ from gpuinfra import inputs
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml, validate
 from gpuinfra.paths import repo_root
+from gpuinfra.suggest import did_you_mean
 
 SourceType = Literal["apt", "dnf", "helm", "image", "eks", "eks-ami", "preinstalled"]
 
@@ -189,9 +190,15 @@ def versions_path(root: Path | None = None) -> Path:
 
 
 def load(path: Path | None = None) -> Versions:
-    """Load and shape-check versions.yaml (ConfigError on a structural mistake)."""
+    """Load and shape-check versions.yaml: ConfigError on a structural mistake, or where two pins
+    of the file that must agree do not (``agreement``)."""
     path = path or versions_path()
-    return validate(Versions, load_yaml(path), display_path(path), strict=True)
+    shown = display_path(path)
+    versions = validate(Versions, load_yaml(path), shown, strict=True)
+    problems = agreement(versions)
+    if problems:
+        raise ConfigError(Problem(shown, p.key, p.message) for p in problems)
+    return versions
 
 
 def load_checked(path: Path | None = None) -> Versions:
@@ -207,7 +214,7 @@ def load_checked(path: Path | None = None) -> Versions:
 
 # --- pinning rules -------------------------------------------------------------------------
 
-_FLOATING_WORDS = {"latest", "stable", "main", "master", "edge", "nightly", "head"}
+FLOATING_WORDS = frozenset({"latest", "stable", "main", "master", "edge", "nightly", "head"})
 _RANGE = re.compile(r"^\s*(\^|~|>|<|=|!)|\|\||\s|(^|\.)(x|X|\*)($|\.)")
 
 # What each kind of version must look like to be a pin. Names are dotted component names;
@@ -217,7 +224,8 @@ FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
     "eks_gpu_ami": (re.compile(r"^\d+\.\d+\.\d+-\d{8}$"), "K8S-PATCH-DATE, e.g. 1.34.2-20261110"),
     "nvidia_driver": (
         re.compile(r"^\d{3}\.\d{2,3}(\.\d{2})?$"),
-        "BRANCH.MINOR[.PATCH], e.g. 580.159.04",
+        "a 3-digit branch, a 2- or 3-digit minor and an optional 2-digit patch, e.g. 580.159.04 "
+        "or 570.26",
     ),
     "cuda": (re.compile(r"^\d+\.\d+$"), "MAJOR.MINOR, e.g. 13.0"),
     "triton": (re.compile(r"^\d+\.\d+\.\d+$"), "the Triton release, e.g. 2.71.0"),
@@ -244,7 +252,7 @@ def pin_problem(value: str, name: str) -> str | None:
     text = value.strip()
     if not text:
         return "version is empty"
-    if text.lower() in _FLOATING_WORDS or _RANGE.search(text):
+    if text.lower() in FLOATING_WORDS or _RANGE.search(text):
         return f"'{value}' floats; pin an exact version"
     if re.fullmatch(r"v?\d+", text):
         return f"'{value}' is a bare major version and floats; pin an exact version"
@@ -385,11 +393,6 @@ def check(v: Versions) -> list[RuleProblem]:
                 floating.add(where)
             if (issue := pin_problem(pin.package_version, "package")) and "floats" in issue:
                 add(f"{where}.package_version", issue)
-            elif not pin.package_version.startswith(pin.version):
-                add(
-                    f"{where}.package_version",
-                    f"'{pin.package_version}' is not a build of {pin.version}",
-                )
             if pin.cuda is not None and not isinstance(comp, DriverBuild):
                 add(f"{where}.cuda", "only a driver entry names the CUDA version it serves")
     release = (v.triton.tag or "").removesuffix("-py3")
@@ -509,6 +512,197 @@ def check(v: Versions) -> list[RuleProblem]:
                     f"{'.'.join(map(str, autoscaler))}, not the pinned {v.kubernetes.version}; "
                     "pin the release of the same minor",
                 )
+    return problems
+
+
+# --- pins that must agree ------------------------------------------------------------------
+
+# The releases the node roles serve a build for, by codename: the OS families and majors of
+# roles/nvidia_driver/vars/main.yml (_nvidia_driver_supported) and
+# roles/nvidia_container_toolkit/vars/main.yml (_nvidia_container_toolkit_supported).
+RELEASES: dict[str, tuple[str, str]] = {
+    "bookworm": ("Debian", "12"),
+    "trixie": ("Debian", "13"),
+    "jammy": ("Ubuntu", "22.04"),
+    "noble": ("Ubuntu", "24.04"),
+}
+# How a distribution's build names its release inside the package version: Debian's stable
+# updates (+deb12u3), Docker's builds (~debian.12~bookworm), Ubuntu's (~24.04, ubuntu24.04).
+_RELEASE_MARKS = (
+    re.compile(r"\+deb(?P<debian>\d+)u\d"),
+    re.compile(r"debian\.?(?P<debian>\d+)\b"),
+    re.compile(r"ubuntu(?P<ubuntu>\d{2}\.\d{2})"),
+)
+
+# Triton's NGC container YY.MM ships Triton server 2.N, and N rises by one with each monthly
+# container release. Source: NVIDIA's Triton Inference Server release notes: release 24.02
+# ships 2.43.0, and the notes list no 25.07 release (25.06, then 25.08); versions.yaml's
+# 26.07-py3 ships 2.71.0. A tag within that span names exactly one server version; a later
+# one is bounded only (a month NVIDIA skips lowers it), an earlier one likewise.
+TRITON_ANCHOR = ((24, 2), 43)
+TRITON_SKIPPED = frozenset({(25, 7)})
+TRITON_KNOWN = ((24, 2), (26, 7))
+TRITON_SOURCE = "Triton Inference Server release notes: container YY.MM ships Triton 2.N"
+_TRITON_TAG = re.compile(r"^(\d{2})\.(\d{2})-")
+
+
+def _builds_of(version: str, package_version: str) -> bool:
+    """Whether a distribution package version (``[EPOCH:]UPSTREAM[-REVISION]``) is a build of
+    the upstream ``version``: the upstream part is the version, or the version with a
+    repack suffix (``1.6.20~ds1``, ``2.3+dfsg``)."""
+    text = re.sub(r"^\d+:", "", package_version.strip())
+    return re.fullmatch(rf"{re.escape(version.strip().lstrip('v'))}([-~+].*)?", text) is not None
+
+
+def _release_of(package_version: str) -> str | None:
+    """The release codename a package version names itself (``+deb12u3`` is bookworm's)."""
+    for codename in RELEASES:
+        if re.search(rf"\b{codename}\b", package_version):
+            return codename
+    for pattern in _RELEASE_MARKS:
+        found = pattern.search(package_version)
+        if found:
+            family, number = next((k, v) for k, v in found.groupdict().items() if v)
+            family = family.capitalize()
+            return next(
+                (c for c, (f, n) in RELEASES.items() if (f, n) == (family, number)),
+                f"{family} {number}",
+            )
+    return None
+
+
+def triton_release(tag: str) -> int | None:
+    """The Triton minor version (N of 2.N) NGC container ``tag`` ships, by the release rule;
+    None for a tag that is no ``YY.MM-...`` release."""
+    found = _TRITON_TAG.match(tag)
+    if not found:
+        return None
+    year, month = int(found.group(1)), int(found.group(2))
+    (anchor_year, anchor_month), anchor = TRITON_ANCHOR
+    months = (year - anchor_year) * 12 + (month - anchor_month)
+    low, high = sorted(((year, month), (anchor_year, anchor_month)))
+    skipped = sum(1 for skip in TRITON_SKIPPED if low < skip <= high)
+    return anchor + months - skipped if months >= 0 else anchor + months + skipped
+
+
+def _triton_problem(v: Versions) -> RuleProblem | None:
+    tag, version = v.triton.tag, v.triton.version
+    if tag is None or pin_problem(version, "triton") or not _TAG_FORMATS["triton"][0].match(tag):
+        return None  # the pinning rules report these
+    release = tuple(int(n) for n in tag[:5].split("."))
+    if release in TRITON_SKIPPED:
+        return RuleProblem(
+            key="triton.tag",
+            message=f"'{tag}' is no Triton release: NVIDIA published no {tag[:5]} container "
+            f"({TRITON_SOURCE})",
+        )
+    expected = triton_release(tag)
+    assert expected is not None
+    major, minor = parse(version)[:2]
+    first, last = TRITON_KNOWN
+    if first <= release <= last:
+        agrees = (major, minor) == (2, expected)
+        want = f"2.{expected}"
+    elif release > last:
+        newest = triton_release(f"{last[0]:02d}.{last[1]:02d}-py3") or 0
+        agrees = major == 2 and newest < minor <= expected
+        want = f"2.{newest + 1} to 2.{expected}"
+    else:
+        agrees = major == 2 and expected <= minor < TRITON_ANCHOR[1]
+        want = f"2.{expected} to 2.{TRITON_ANCHOR[1] - 1}"
+    if agrees:
+        return None
+    return RuleProblem(
+        key="triton.tag",
+        message=f"'{tag}' ships Triton {want}, not triton.version {version}; the tag and the "
+        f"version must name the same release ({TRITON_SOURCE}, one N a month)",
+    )
+
+
+def agreement(v: Versions) -> list[RuleProblem]:
+    """Pins of one file that must agree: a package version is a build of its entry's version and
+    of its release, a release is one the roles serve, NVIDIA's driver meta-package names the
+    pinned driver's branch, and Triton's tag is its version's container."""
+    problems: list[RuleProblem] = []
+
+    def add(key: str, message: str) -> None:
+        problems.append(RuleProblem(key=key, message=message))
+
+    for name, comp in v.entries():
+        suite = (comp.source.suite or "").split("-")[0]
+        # (key, the version's key, version, package version, release) of each build.
+        builds = [
+            (
+                f"{name}.source.package_version",
+                f"{name}.version",
+                comp.version,
+                comp.source.package_version,
+                suite,
+            )
+        ]
+        for codename, pin in comp.releases.items():
+            where = f"{name}.releases.{codename}"
+            if codename not in RELEASES:
+                served = ", ".join(f"{c} ({f} {n})" for c, (f, n) in RELEASES.items())
+                add(
+                    where,
+                    f"'{codename}' is not a release the node roles serve"
+                    f"{did_you_mean(codename, RELEASES)} (allowed: {served})",
+                )
+                continue
+            if suite in RELEASES and RELEASES[suite][0] != RELEASES[codename][0]:
+                family, number = RELEASES[codename]
+                add(
+                    where,
+                    f"'{codename}' is {family} {number}, and the entry's suite {suite} is "
+                    f"{' '.join(RELEASES[suite])}'s archive (allowed: a release of "
+                    f"{RELEASES[suite][0]})",
+                )
+                continue
+            builds.append(
+                (
+                    f"{where}.package_version",
+                    f"{where}.version",
+                    pin.version,
+                    pin.package_version,
+                    codename,
+                )
+            )
+        for key, version_key, version, package, release in builds:
+            if package is None or pin_problem(version, name):
+                continue  # nothing to compare, or the pinning rules report the version
+            if "floats" in (pin_problem(package, "package") or ""):
+                continue  # the pinning rules report it
+            if not _builds_of(version, package):
+                add(
+                    key,
+                    f"'{package}' is not a build of {version_key} {version} (allowed: "
+                    f"{version.lstrip('v')} with a package revision, e.g. {version.lstrip('v')}-1)",
+                )
+                continue
+            named = _release_of(package)
+            if release in RELEASES and named is not None and named != release:
+                add(
+                    key,
+                    f"'{package}' is a build for {named}, not for {release} (allowed: the build "
+                    f"of {release}'s archive)",
+                )
+        for package in comp.source.packages:
+            drivers = re.fullmatch(r"cuda-drivers-(\d+)", package)
+            if (
+                drivers
+                and name.startswith("nvidia_driver.")
+                and not pin_problem(comp.version, name)
+            ):
+                branch = comp.version.split(".")[0]
+                if drivers.group(1) != branch:
+                    add(
+                        f"{name}.source.packages",
+                        f"'{package}' installs driver branch {drivers.group(1)}, not the branch of "
+                        f"{name}.version {comp.version} (allowed: cuda-drivers-{branch})",
+                    )
+    if problem := _triton_problem(v):
+        problems.append(problem)
     return problems
 
 

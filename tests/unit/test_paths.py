@@ -37,7 +37,8 @@ def test_another_repository_is_read_not_the_installed_one(tmp_path: Path) -> Non
     repo.mkdir()
     (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     text = (ROOT / "versions.yaml").read_text()
-    (repo / "versions.yaml").write_text(text.replace('"580.159.04"', '"580.172.01"'))
+    text = text.replace('"580.159.04"', '"580.172.01"').replace('"580.159.04-1"', '"580.172.01-1"')
+    (repo / "versions.yaml").write_text(text)
     (repo / "deep" / "er").mkdir(parents=True)
     result = run_in(repo / "deep" / "er", "versions", "show", "--format", "json")
     assert result.returncode == 0, result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from gpuinfra import versions
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 REAL = yaml.safe_load((ROOT / "versions.yaml").read_text())
 
@@ -194,11 +195,15 @@ def test_a_release_build_is_checked_like_the_entry() -> None:
         trixie["package_version"] = "535.261.03-1"
         d["containerd"]["releases"]["trixie"]["package_version"] = "1.7.29~ds1-1"
 
-    out = messages(broken(mutate))
-    assert out == [
-        "containerd.releases.trixie.package_version: '1.7.29~ds1-1' is not a build of 1.7.24",
+    v = broken(mutate)
+    assert messages(v) == [
         "nvidia_driver.distro.releases.trixie.version: driver 535.261.03 is older than 550.54.14, "
         f"the minimum for CUDA 12.4 ({versions.CUDA_TABLE_SOURCE})",
+    ]
+    assert [str(p) for p in versions.agreement(v)] == [
+        "containerd.releases.trixie.package_version: '1.7.29~ds1-1' is not a build of "
+        "containerd.releases.trixie.version 1.7.24 (allowed: 1.7.24 with a package revision, "
+        "e.g. 1.7.24-1)"
     ]
 
 
@@ -226,3 +231,182 @@ def test_a_floating_release_build_is_refused() -> None:
         broken(lambda d: d["containerd"]["releases"]["trixie"].__setitem__("version", "latest"))
     )
     assert "containerd.releases.trixie.version: 'latest' floats; pin an exact version" in out
+
+
+def agreement(mutate: Any) -> list[str]:
+    return [str(p) for p in versions.agreement(broken(mutate))]
+
+
+def test_the_repository_pins_agree() -> None:
+    assert versions.agreement(versions.load()) == []
+
+
+def _set(path: str, value: Any) -> Any:
+    def mutate(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for part in parents:
+            d = d[part]
+        d[last] = value
+
+    return mutate
+
+
+def _rename_release(entry: str, old: str, new: str) -> Any:
+    def mutate(d: dict[str, Any]) -> None:
+        releases = (d["nvidia_driver"][entry] if entry in ("distro",) else d[entry])["releases"]
+        releases[new] = releases.pop(old)
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            _set("nvidia_driver.distro.source.package_version", "535.261.04-1"),
+            "nvidia_driver.distro.source.package_version: '535.261.04-1' is not a build of "
+            "nvidia_driver.distro.version 535.261.03 (allowed: 535.261.03 with a package "
+            "revision, e.g. 535.261.03-1)",
+        ),
+        (
+            _set("nvidia_container_toolkit.source.package_version", "1.19.0-1"),
+            "nvidia_container_toolkit.source.package_version: '1.19.0-1' is not a build of "
+            "nvidia_container_toolkit.version 1.20.0 (allowed: 1.20.0 with a package revision, "
+            "e.g. 1.20.0-1)",
+        ),
+        (
+            # 1.20.01 is no build of 1.20.0: the version ends where the revision starts.
+            _set("nvidia_container_toolkit.source.package_version", "1.20.01-1"),
+            "nvidia_container_toolkit.source.package_version: '1.20.01-1' is not a build of "
+            "nvidia_container_toolkit.version 1.20.0",
+        ),
+        (
+            _rename_release("distro", "trixie", "trixi"),
+            "nvidia_driver.distro.releases.trixi: 'trixi' is not a release the node roles serve; "
+            "did you mean 'trixie'? (allowed: bookworm (Debian 12), trixie (Debian 13), jammy "
+            "(Ubuntu 22.04), noble (Ubuntu 24.04))",
+        ),
+        (
+            _rename_release("containerd", "trixie", "noble"),
+            "containerd.releases.noble: 'noble' is Ubuntu 24.04, and the entry's suite bookworm "
+            "is Debian 12's archive (allowed: a release of Debian)",
+        ),
+        (
+            _set("containerd_docker.releases.trixie.package_version", "2.3.3-1~debian.12~bookworm"),
+            "containerd_docker.releases.trixie.package_version: '2.3.3-1~debian.12~bookworm' is "
+            "a build for bookworm, not for trixie (allowed: the build of trixie's archive)",
+        ),
+        (
+            _set("containerd.source.package_version", "1.6.20~ds1-1+deb13u3"),
+            "containerd.source.package_version: '1.6.20~ds1-1+deb13u3' is a build for trixie, "
+            "not for bookworm",
+        ),
+        (
+            _set("nvidia_driver.cuda_repo.source.packages", ["cuda-drivers-570"]),
+            "nvidia_driver.cuda_repo.source.packages: 'cuda-drivers-570' installs driver branch "
+            "570, not the branch of nvidia_driver.cuda_repo.version 580.159.04 (allowed: "
+            "cuda-drivers-580)",
+        ),
+    ],
+)
+def test_pins_that_must_agree_are_refused(mutate: Any, expected: str) -> None:
+    (line,) = agreement(mutate)
+    assert line.startswith(expected), line
+
+
+def test_a_package_version_with_an_epoch_or_a_repack_suffix_is_a_build() -> None:
+    assert agreement(_set("nvidia_container_toolkit.source.package_version", "1:1.20.0-1")) == []
+    assert agreement(_set("containerd.source.package_version", "1.6.20+dfsg-2")) == []
+
+
+@pytest.mark.parametrize(
+    ("tag", "version", "expected"),
+    [
+        ("25.01-py3", "2.71.0", "'25.01-py3' ships Triton 2.54, not triton.version 2.71.0"),
+        ("26.07-py3", "2.70.0", "'26.07-py3' ships Triton 2.71, not triton.version 2.70.0"),
+        ("24.02-py3", "2.54.0", "'24.02-py3' ships Triton 2.43, not triton.version 2.54.0"),
+        ("27.01-py3", "2.71.0", "'27.01-py3' ships Triton 2.72 to 2.77, not triton.version"),
+        ("23.01-py3", "2.43.0", "'23.01-py3' ships Triton 2.30 to 2.42, not triton.version"),
+        ("25.07-py3", "2.60.0", "'25.07-py3' is no Triton release: NVIDIA published no 25.07"),
+    ],
+)
+def test_the_triton_tag_and_version_name_the_same_release(
+    tag: str, version: str, expected: str
+) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["triton"].update(tag=tag, version=version, variants={})
+
+    (line,) = agreement(mutate)
+    assert line.startswith(f"triton.tag: {expected}"), line
+
+
+@pytest.mark.parametrize(
+    ("tag", "version"),
+    [("25.06-py3", "2.59.0"), ("25.08-py3", "2.60.0"), ("26.05-py3", "2.69.0"),
+     ("24.02-py3", "2.43.0"), ("26.08-py3", "2.72.0"), ("23.01-py3", "2.30.0")],
+)  # fmt: skip
+def test_triton_releases_the_notes_name_agree(tag: str, version: str) -> None:
+    def mutate(d: dict[str, Any]) -> None:
+        d["triton"].update(tag=tag, version=version, variants={})
+
+    assert agreement(mutate) == []
+
+
+def test_the_releases_are_those_the_node_roles_serve() -> None:
+    served: set[tuple[str, str]] = set()
+    driver = yaml.safe_load((ROOT / "roles/nvidia_driver/vars/main.yml").read_text())
+    toolkit = yaml.safe_load((ROOT / "roles/nvidia_container_toolkit/vars/main.yml").read_text())
+    # A preinstalled driver installs nothing, so it has no build to pin per release.
+    installed = [v for k, v in driver["_nvidia_driver_supported"].items() if k != "preinstalled"]
+    for families in [*installed, toolkit["_nvidia_container_toolkit_supported"]]:
+        for family, majors in (families or {}).items():
+            served.update((family, str(m)) for m in majors if family in ("Debian", "Ubuntu"))
+    assert {(f, n.split(".")[0]) for f, n in versions.RELEASES.values()} == served
+
+
+def test_a_malformed_driver_says_what_a_driver_version_looks_like() -> None:
+    out = messages(broken(_set("nvidia_driver.cuda_repo.version", "470.1.1")))
+    assert out[0] == (
+        "nvidia_driver.cuda_repo.version: '470.1.1' is malformed; expected a 3-digit branch, a 2- "
+        "or 3-digit minor and an optional 2-digit patch, e.g. 580.159.04 or 570.26"
+    )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('package_version: "535.261.03-1"', 'package_version: "535.261.04-1"',
+         "nvidia_driver.distro.source.package_version"),
+        ('package_version: "1.20.0-1"', 'package_version: "1.19.0-1"',
+         "nvidia_container_toolkit.source.package_version"),
+        ('tag: "26.07-py3"', 'tag: "25.01-py3"', "triton.tag"),
+        ("      trixie: {version", "      trixi: {version", "nvidia_driver.distro.releases.trixi"),
+    ],
+)  # fmt: skip
+def test_versions_check_refuses_pins_that_disagree_in_one_line(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    text = (ROOT / "versions.yaml").read_text()
+    assert old in text
+    (tmp_path / "versions.yaml").write_text(text.replace(old, new, 1))
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    before = _tree(tmp_path)
+    result = run_cli("versions", "check", root=tmp_path)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert (result.code, len(lines)) == (2, 1), result.stderr
+    assert lines[0].startswith(f"error: versions.yaml: {key}: "), lines[0]
+    assert _tree(tmp_path) == before
+
+
+def test_an_invalid_kueue_version_is_not_judged_for_support(tmp_path: Path) -> None:
+    text = (ROOT / "versions.yaml").read_text()
+    (tmp_path / "versions.yaml").write_text(text.replace('version: "0.19.2"', "version: latest"))
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    result = run_cli("versions", "check", root=tmp_path)
+    assert result.code == 1
+    assert "error: versions.yaml: kueue.version: 'latest' floats" in result.stderr
+    assert "Kueue" not in result.stdout + result.stderr

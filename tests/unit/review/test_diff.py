@@ -48,7 +48,8 @@ def test_driver_bump_is_reported_old_to_new_with_no_cost(clone: Clone) -> None:
 
     def bump(repo: Path) -> None:
         versions = repo / "versions.yaml"
-        versions.write_text(versions.read_text().replace(f'"{old}"', f'"{new}"'))
+        text = versions.read_text().replace(f'"{old}"', f'"{new}"')
+        versions.write_text(text.replace(f'"{old}-1"', f'"{new}-1"'))  # and its package build
 
     repo = clone("Bump the 580 driver", bump)
     report = report_of(run_diff(repo, "--stack", "prod", "--format", "json"))
@@ -203,6 +204,7 @@ def test_diff_from_a_worktree_reports_that_worktrees_commit(
     git(base_repo, "worktree", "add", "--quiet", "-b", "bump-driver", str(worktree))
     try:
         replace(worktree / "versions.yaml", '"580.159.04"', '"580.172.01"')
+        replace(worktree / "versions.yaml", '"580.159.04-1"', '"580.172.01-1"')
         git(worktree, "commit", "--quiet", "--all", "--message", "Bump the 580 driver")
         # The console script, as a user runs it: `python -m` would import the worktree's own code.
         command = Path(sys.executable).parent / "gpuinfra"
@@ -252,6 +254,7 @@ def test_a_base_without_the_review_entry_point_is_planned_through_its_command_li
     git(repo, "commit", "--quiet", "--message", "Before the review entry point")
     git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/__main__.py")
     replace(repo / "versions.yaml", '"580.159.04"', '"580.172.01"')
+    replace(repo / "versions.yaml", '"580.159.04-1"', '"580.172.01-1"')
     git(repo, "commit", "--quiet", "--all", "--message", "Bump the 580 driver")
     assert diff.Target("stack", "prod").command(repo)[1:3] == ["-m", "gpuinfra.review"]
     result = run_cli(
