@@ -7,15 +7,56 @@ the network between the nodes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuinfra.addons.base import GPU_RESOURCE, GPU_TOLERATION, GPU_TYPE_LABEL
-from gpuinfra.errors import UsageError
+from gpuinfra import catalog, gpus
+from gpuinfra.addons.base import GPU_RESOURCE, GPU_TOLERATION, GPU_TYPE_LABEL, QUANTITY_PATTERN
+from gpuinfra.errors import InputInvalid, excerpt
+from gpuinfra.suggest import allowed, did_you_mean
+from gpuinfra.versions import FLOATING_WORDS
 
 NETWORKS = ("efa", "infiniband", "roce", "tcp")
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# A host carries at most 16 GPUs (8 on an HGX board, 16 on the largest DGX), as the site check's
+# bound on gpu_node_check_expected_gpu_count says.
+MAX_GPUS_PER_NODE = 16
+
+# A DNS-1123 label (namespaces, LocalQueues) and a DNS-1035 label (a Service's name, which the
+# Job's name is too).
+_DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+MAX_LABEL = 63
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+# A container image reference: [host[:port]/]path[:tag][@digest], as the distribution
+# reference grammar has it.
+_IMAGE = re.compile(
+    r"(?P<name>(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*"
+    r"[a-zA-Z0-9])?)*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
+)
+# NCCL_SOCKET_IFNAME: interface names or prefixes, comma-separated, optionally after ^ (exclude)
+# or = (exact); a Linux interface name has at most 15 characters.
+_IFNAMES = re.compile(r"[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*")
+
+
+def gpu_types() -> list[str]:
+    """The GPU types gpuinfra knows: the instance catalog's GPU models and those of the driver
+    table (``gpus.GPU_MIN_BRANCH``), the values of the gpuinfra.dev/gpu-type node label."""
+    return sorted(
+        {t.gpu_name for t in catalog.instance_types().values()} | set(gpus.GPU_MIN_BRANCH)
+    )
+
+
+def max_efa_interfaces() -> tuple[int, str]:
+    """The most EFA interfaces an instance type of the catalog has, and that type."""
+    types = catalog.instance_types().values()
+    most = max(t.efa_interfaces for t in types)
+    return most, min(t.name for t in types if t.efa_interfaces == most)
 
 
 @dataclass
@@ -30,27 +71,113 @@ class TrainingJob:
     network: str = "tcp"
     # EFA interfaces per node (the instance type's count); EFA only.
     efa_interfaces: int = 0
-    # The interface NCCL bootstraps over (the site's data network); not for EFA.
+    # The interface NCCL bootstraps over (the site's data network): required with InfiniBand and
+    # RoCE; with TCP, NCCL picks the pod's own interface when it is not given.
     socket_ifname: str | None = None
     # DataLoader workers share memory through /dev/shm; the 64 MiB default stops them.
     shm_size: str = "64Gi"
     script: str = "train.py"
 
     def problems(self) -> list[str]:
+        """One line per setting that would print an object Kubernetes, Kueue or the nodes
+        refuse, each naming the command line's flag."""
+        return [
+            *self._name_problems(),
+            *self._image_problems(),
+            *self._size_problems(),
+            *self._network_problems(),
+        ]
+
+    def _name_problems(self) -> list[str]:
+        found = []
+        # The pods' host names are <name>-<index>, the rendezvous address names pod 0 by it.
+        longest = MAX_LABEL - len(f"-{max(self.nodes, 1) - 1}")
+        if not _DNS_1035_LABEL.fullmatch(self.name) or len(self.name) > longest:
+            found.append(
+                f"NAME {excerpt(repr(self.name))}: not a name for the Job and its Service "
+                f"(allowed: at most {longest} lowercase letters, digits and '-', starting with a "
+                "letter and ending with a letter or digit; the pods' host names add -<index>)"
+            )
+        for flag, value, what in (
+            ("--namespace", self.namespace, "namespace"),
+            ("--queue", self.queue, "LocalQueue name"),
+        ):
+            if not _DNS_1123_LABEL.fullmatch(value) or len(value) > MAX_LABEL:
+                found.append(
+                    f"{flag} {excerpt(repr(value))}: not a Kubernetes {what} (allowed: at most "
+                    f"{MAX_LABEL} lowercase letters, digits and '-', starting and ending with a "
+                    "letter or digit)"
+                )
+        known = gpu_types()
+        if self.gpu_type not in known:
+            found.append(
+                f"--gpu-type {excerpt(repr(self.gpu_type))}: not a GPU type gpuinfra knows"
+                f"{did_you_mean(self.gpu_type.lower(), known)} (allowed: {allowed(known)})"
+            )
+        return found
+
+    def _image_problems(self) -> list[str]:
+        shown = f"--image {excerpt(repr(self.image))}"
+        pinned = "allowed: REPOSITORY:TAG with a release tag such as 25.01-py3, or @sha256:<64 hex>"
+        found = _IMAGE.fullmatch(self.image)
+        if not found:
+            return [f"{shown}: not an image reference ({pinned})"]
+        tag, digest = found.group("tag"), found.group("digest")
+        if digest:
+            return []
+        if tag is None:
+            return [f"{shown}: no tag or digest, so each node pulls whatever :latest is ({pinned})"]
+        if tag.lower() in FLOATING_WORDS:
+            return [f"{shown}: the tag '{tag}' moves, so nodes may run different images ({pinned})"]
+        return []
+
+    def _size_problems(self) -> list[str]:
+        found = []
+        if not 1 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            found.append(
+                f"--gpus-per-node {self.gpus_per_node}: out of range (allowed: 1 to "
+                f"{MAX_GPUS_PER_NODE}; a host carries at most {MAX_GPUS_PER_NODE} GPUs)"
+            )
+        if self.nodes < 1:
+            found.append(f"--nodes {self.nodes}: out of range (allowed: at least 1)")
+        quantity = _QUANTITY.fullmatch(self.shm_size)
+        if not quantity or float(re.split(r"[a-zA-Z]", self.shm_size)[0]) <= 0:
+            unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTPE])(?:i?B|i)", self.shm_size, re.I)
+            hint = f"; did you mean '{unit.group(1)}{unit.group(2).upper()}i'?" if unit else ""
+            found.append(
+                f"--shm-size {excerpt(repr(self.shm_size))}: not a Kubernetes quantity above "
+                f"zero{hint} (allowed: a number with a suffix such as 64Gi, 512Mi or 64G)"
+            )
+        return found
+
+    def _network_problems(self) -> list[str]:
         found = []
         if self.network not in NETWORKS:
             found.append(
-                f"network: '{self.network}' is not allowed (allowed: {', '.join(NETWORKS)})"
+                f"--network {excerpt(repr(self.network))}: not allowed"
+                f"{did_you_mean(self.network, NETWORKS)} (allowed: {allowed(NETWORKS)})"
             )
-        if self.gpus_per_node < 1 or self.nodes < 1:
-            found.append("gpus_per_node and nodes: at least 1")
-        if self.network == "efa" and self.efa_interfaces < 1:
+        most, instance_type = max_efa_interfaces()
+        if self.network == "efa" and not 1 <= self.efa_interfaces <= most:
             found.append(
-                "efa_interfaces: the instance type's EFA interface count, at least 1 with network efa"
+                f"--efa-interfaces {self.efa_interfaces}: out of range with --network efa "
+                f"(allowed: 1 to {most}, the instance type's EFA interface count; {most} on "
+                f"{instance_type})"
             )
-        if self.network in ("infiniband", "roce", "tcp") and not self.socket_ifname:
+        elif self.network in NETWORKS and self.network != "efa" and self.efa_interfaces:
             found.append(
-                f"socket_ifname: the site's data network interface, required with network {self.network}"
+                f"--efa-interfaces {self.efa_interfaces}: only with --network efa (allowed: 0 "
+                f"with --network {self.network})"
+            )
+        if self.socket_ifname is not None and not _IFNAMES.fullmatch(self.socket_ifname):
+            found.append(
+                f"--socket-ifname {excerpt(repr(self.socket_ifname))}: not an interface name "
+                "(allowed: a network interface such as ens1f0, or NCCL's list such as ^docker,lo)"
+            )
+        if self.network in ("infiniband", "roce") and not self.socket_ifname:
+            found.append(
+                f"--socket-ifname: required with --network {self.network}: the interface of the "
+                "site's data network NCCL bootstraps over, e.g. --socket-ifname ens1f0"
             )
         return found
 
@@ -88,10 +215,11 @@ def training_objects(job: TrainingJob) -> list[dict[str, Any]]:
 
 
 def training_job(job: TrainingJob) -> dict[str, Any]:
-    """The Job as a Kubernetes object; raises UsageError naming each bad setting."""
+    """The Job as a Kubernetes object; raises InputInvalid (exit 2) with one line per bad
+    setting."""
     problems = job.problems()
     if problems:
-        raise UsageError("; ".join(problems))
+        raise InputInvalid(problems)
     resources: dict[str, Any] = {GPU_RESOURCE: job.gpus_per_node}
     if job.network == "efa":
         resources[EFA_RESOURCE] = job.efa_interfaces

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from gpuinfra import schemas, versions, workloads
-from gpuinfra.errors import UsageError
-from tests.conftest import run_cli
+from gpuinfra.errors import InputInvalid
+from tests.conftest import ROOT, run_cli
 
 K8S = versions.pinned().kubernetes.version
 
@@ -36,7 +37,8 @@ def env(obj: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize("network", ["efa", "infiniband", "roce", "tcp"])
 def test_every_network_gives_valid_objects(network: str) -> None:
-    objects = workloads.training_objects(job(network=network, efa_interfaces=32))
+    efa = 32 if network == "efa" else 0
+    objects = workloads.training_objects(job(network=network, efa_interfaces=efa))
     for obj in objects:
         assert schemas.core_problems(obj, K8S) == []
 
@@ -69,11 +71,11 @@ def test_nccl_follows_the_network() -> None:
 
 
 def test_missing_network_settings_are_refused() -> None:
-    with pytest.raises(UsageError, match="socket_ifname: the site's data network interface"):
+    with pytest.raises(InputInvalid, match="--socket-ifname: required with --network infiniband"):
         workloads.training_job(job(socket_ifname=None))
-    with pytest.raises(UsageError, match="efa_interfaces: the instance type's EFA interface"):
-        workloads.training_job(job(network="efa"))
-    with pytest.raises(UsageError, match="network: 'ethernet' is not allowed"):
+    with pytest.raises(InputInvalid, match="--efa-interfaces 0: out of range with --network efa"):
+        workloads.training_job(job(network="efa", socket_ifname=None))
+    with pytest.raises(InputInvalid, match="--network 'ethernet': not allowed"):
         workloads.training_job(job(network="ethernet"))
 
 
@@ -87,4 +89,117 @@ def test_the_command_prints_both_objects_and_refuses_a_missing_setting() -> None
     assert [obj["kind"] for obj in yaml.safe_load_all(result.stdout)] == ["Job", "Service"]
     bad = run_cli("workloads", "training", "x", *common, "--gpu-type", "h100", "--network", "roce")
     assert bad.code == 2
-    assert "socket_ifname" in bad.stderr
+    assert bad.stderr == (
+        "error: --socket-ifname: required with --network roce: the interface of the site's data "
+        "network NCCL bootstraps over, e.g. --socket-ifname ens1f0\n"
+    )
+
+
+def lines_of(**changes: Any) -> list[str]:
+    with pytest.raises(InputInvalid) as info:
+        workloads.training_job(job(**changes))
+    return info.value.lines()
+
+
+@pytest.mark.parametrize(
+    ("changes", "start"),
+    [
+        ({"name": "Job_1"}, "NAME 'Job_1': not a name for the Job and its Service (allowed: at most 61"),
+        ({"name": "1job"}, "NAME '1job': not a name"),
+        ({"name": "j" * 62}, "NAME 'jjjj"),
+        ({"name": "j" * 60, "nodes": 1000}, "NAME 'jjjj"),
+        ({"namespace": "Team"}, "--namespace 'Team': not a Kubernetes namespace (allowed:"),
+        ({"namespace": "team-"}, "--namespace 'team-': not a Kubernetes namespace"),
+        ({"queue": "Bad_Q"}, "--queue 'Bad_Q': not a Kubernetes LocalQueue name (allowed:"),
+        ({"gpu_type": "H 100"}, "--gpu-type 'H 100': not a GPU type gpuinfra knows; did you mean 'h100'? (allowed: 'a10', "),
+        ({"gpu_type": "H100"}, "--gpu-type 'H100': not a GPU type gpuinfra knows; did you mean 'h100'?"),
+        ({"gpu_type": "b300"}, "--gpu-type 'b300': not a GPU type gpuinfra knows"),
+        ({"image": "nvcr.io/nvidia/pytorch:latest"}, "--image 'nvcr.io/nvidia/pytorch:latest': the tag 'latest' moves"),
+        ({"image": "nvcr.io/nvidia/pytorch:nightly"}, "--image 'nvcr.io/nvidia/pytorch:nightly': the tag 'nightly' moves"),
+        ({"image": "nvcr.io/nvidia/pytorch"}, "--image 'nvcr.io/nvidia/pytorch': no tag or digest"),
+        ({"image": "NVCR.io/Nvidia/PyTorch:25.01"}, "--image 'NVCR.io/Nvidia/PyTorch:25.01': not an image reference"),
+        ({"image": "pytorch@sha256:abc"}, "--image 'pytorch@sha256:abc': not an image reference"),
+        ({"shm_size": "64GB"}, "--shm-size '64GB': not a Kubernetes quantity above zero; did you mean '64Gi'? (allowed:"),
+        ({"shm_size": "0"}, "--shm-size '0': not a Kubernetes quantity above zero (allowed:"),
+        ({"shm_size": "lots"}, "--shm-size 'lots': not a Kubernetes quantity"),
+        ({"gpus_per_node": 0}, "--gpus-per-node 0: out of range (allowed: 1 to 16;"),
+        ({"gpus_per_node": 17}, "--gpus-per-node 17: out of range (allowed: 1 to 16;"),
+        ({"nodes": 0}, "--nodes 0: out of range (allowed: at least 1)"),
+        ({"network": "efa", "efa_interfaces": 33}, "--efa-interfaces 33: out of range with --network efa (allowed: 1 to 32, the instance type's EFA interface count; 32 on p5.48xlarge)"),
+        ({"efa_interfaces": 4}, "--efa-interfaces 4: only with --network efa (allowed: 0 with --network infiniband)"),
+        ({"socket_ifname": "eth 0"}, "--socket-ifname 'eth 0': not an interface name (allowed:"),
+        ({"socket_ifname": "averyveryverylongname"}, "--socket-ifname 'averyveryverylongname': not an interface name"),
+    ],
+)  # fmt: skip
+def test_each_bad_setting_is_one_line_naming_its_flag(changes: dict[str, Any], start: str) -> None:
+    (line,) = lines_of(**changes)
+    assert line.startswith(start), line
+
+
+def test_pinned_images_and_nccl_interface_lists_are_accepted() -> None:
+    digest = "sha256:" + "0" * 64
+    for image in (
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        f"nvcr.io/nvidia/pytorch@{digest}",
+        f"nvcr.io/nvidia/pytorch:latest@{digest}",  # run by digest: the tag is a label
+        "registry.example.internal:5000/team/train:v1.2",
+        "pytorch:2.5.1",
+    ):
+        assert workloads.training_job(job(image=image))["kind"] == "Job"
+    for ifname in ("ens1f0", "^docker,lo", "=eth0", "ib0,ib1"):
+        assert (
+            env(workloads.training_job(job(socket_ifname=ifname)))["NCCL_SOCKET_IFNAME"] == ifname
+        )
+
+
+def test_the_default_tcp_network_needs_no_interface() -> None:
+    """NCCL picks the pod's own interface over TCP: the command's defaults print a valid Job."""
+    obj = workloads.training_job(job(network="tcp", socket_ifname=None))
+    assert env(obj) == {"NNODES": "2", "NPROC_PER_NODE": "8", "NCCL_IB_DISABLE": "1"}
+    assert schemas.core_problems(obj, K8S) == []
+
+
+def test_every_catalog_gpu_is_a_known_gpu_type() -> None:
+    from gpuinfra import catalog
+
+    known = workloads.gpu_types()
+    assert {t.gpu_name for t in catalog.instance_types().values()} <= set(known)
+    assert {"h100", "h200", "l4", "a100"} <= set(known)
+
+
+def test_the_command_refuses_every_bad_flag_and_prints_nothing(tmp_path: Path) -> None:
+    result = run_cli(
+        "workloads", "training", "Job_1", "--namespace", "Team", "--gpu-type", "H 100",
+        "--image", "nvcr.io/nvidia/pytorch:latest", "--queue", "Bad_Q", "--shm-size", "64GB",
+        "--socket-ifname", "eth0", cwd=tmp_path, root=ROOT,
+    )  # fmt: skip
+    assert result.code == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    flags = ["NAME", "--namespace", "--queue", "--gpu-type", "--image", "--shm-size"]
+    assert [line.split(" ", 2)[1] for line in lines] == flags, result.stderr
+    assert all(line.startswith("error: ") and len(line) <= 320 for line in lines)
+    for internal in ("socket_ifname", "shm_size", "gpu_type", "efa_interfaces"):
+        assert internal not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_runs_with_its_defaults(tmp_path: Path) -> None:
+    result = run_cli(
+        "workloads", "training", "llm-pretrain", "--namespace", "team-a", "--gpu-type", "h100",
+        "--image", "nvcr.io/nvidia/pytorch:25.01-py3", cwd=tmp_path, root=ROOT,
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    job_obj, service = yaml.safe_load_all(result.stdout)
+    assert service["metadata"]["name"] == job_obj["metadata"]["name"] == "llm-pretrain"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_bounds_efa_interfaces_by_the_catalog(tmp_path: Path) -> None:
+    common = ["--namespace", "team-a", "--gpu-type", "h100", "--network", "efa"]
+    image = ["--image", "nvcr.io/nvidia/pytorch:25.01-py3"]
+    bad = run_cli("workloads", "training", "llm", *common, *image, "--efa-interfaces", "33")
+    assert bad.code == 2
+    assert bad.stderr.startswith("error: --efa-interfaces 33: out of range with --network efa")
+    good = run_cli("workloads", "training", "llm", *common, *image, "--efa-interfaces", "32")
+    assert good.code == 0, good.stderr
