@@ -249,3 +249,7 @@ def register(app: typer.Typer) -> None:
             )
         if report.failed:
             raise CheckFailed(f"{t.target}: {line}" for t in report.targets for line in t.errors)
+        if report.added_violations:
+            # The plan of the change fails the policy pack where the base's did not: what
+            # `plan` exits 1 for, so a pull request's diff step fails on it too.
+            raise CheckFailed(report.added_violations)

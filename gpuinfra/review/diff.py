@@ -164,6 +164,17 @@ class Report:
         """Whether a working-tree file is wrong (exit 2), as opposed to a plan that failed."""
         return any(t.input_error for t in self.targets)
 
+    @property
+    def added_violations(self) -> tuple[str, ...]:
+        """The policy violations the working tree's plans have and the base's do not, as
+        ``plan`` tells them: the change brings them in."""
+        return tuple(
+            f"{t.target}: policy {violation}"
+            for t in self.targets
+            if (section := t.sections.get("policy_violations"))
+            for violation in section.added
+        )
+
     def document(self) -> dict[str, Any]:
         return {
             "base": self.base,

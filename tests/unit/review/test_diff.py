@@ -64,13 +64,17 @@ def test_driver_bump_is_reported_old_to_new_with_no_cost(clone: Clone) -> None:
 
 
 def test_node_pool_resize_changes_the_node_group_and_costs_more(clone: Clone) -> None:
-    pool = load_stack("prod", ROOT).node_pools[0]
+    # The L40S pool, which has room under its maxSize and prod's budget (growing the H100 pool
+    # past its maxSize breaks the cost ceiling, which fails the diff).
+    index = 1
+    pool = load_stack("prod", ROOT).node_pools[index]
     grow = 2
+    assert pool.desired_size + grow <= pool.max_size
 
     def resize(repo: Path) -> None:
         path = repo / "stacks" / "Pulumi.prod.yaml"
         document = yaml.safe_load(path.read_text())
-        entry = document["config"]["gpuinfra:nodePools"][0]
+        entry = document["config"]["gpuinfra:nodePools"][index]
         entry["desiredSize"] = pool.desired_size + grow
         entry["maxSize"] = max(pool.max_size, pool.desired_size + grow)
         path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -265,3 +269,18 @@ def test_a_base_without_the_review_entry_point_is_planned_through_its_command_li
     assert prod["status"] != "added", "the base was planned, through its command line"
     bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
     assert bumped["nvidia_driver.cuda_repo"] == ("580.159.04", "580.172.01")
+
+
+def test_a_change_that_adds_a_policy_violation_fails_the_diff(clone: Clone) -> None:
+    def grow(repo: Path) -> None:
+        replace(repo / "stacks" / "Pulumi.dev.yaml", "maxSize: 2", "maxSize: 3")
+
+    repo = clone("Let the dev pool grow to three nodes", grow)
+    result = run_diff(repo, "--stack", "dev", "--format", "json")
+    assert result.code == 1, result.stderr
+    # The diff is written first, as for any failed check, then one line per added violation.
+    dev = target(json.loads(result.stdout), "stack dev")
+    (added,) = dev["sections"]["policy_violations"]["added"]
+    assert added.startswith("monthly-cost-ceiling: ")
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"error: stack dev: policy {added}"
