@@ -452,8 +452,25 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
             public_subnet_cidrs=cfg.network.public_subnet_cidrs or public,
         )
     ]
+    zones = cfg.network.availability_zones
     for i, pool in enumerate(cfg.node_pools):
-        found += [(("node_pools", i, *path), m) for path, m in node_pool_findings(pool, cfg.region)]
+        pool_found = node_pool_findings(pool, cfg.region)
+        found += [(("node_pools", i, *path), m) for path, m in pool_found]
+        zone = pool.availability_zone
+        # A pool's nodes live in the network's private subnets: a zone the network does not
+        # span has none. A zone outside the region is already said once, at the pool.
+        if (
+            zone is not None
+            and zone not in zones
+            and ("availability_zone",) not in {path for path, _ in pool_found}
+        ):
+            found.append(
+                (
+                    ("node_pools", i, "availability_zone"),
+                    f"'{zone}' is not one of network.availabilityZones, so the pool has no "
+                    f"subnet there (allowed: {allowed(zones)})",
+                )
+            )
     # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.
     gpu_types = sorted({catalog.instance_types()[p.instance_type].gpu_name for p in cfg.node_pools})
     for i, flavor in enumerate(cfg.addons.kueue.flavors):

@@ -217,6 +217,15 @@ BAD_STACKS = {
             "pool has h100 GPUs (pools have 'l4')"
         ],
     ),
+    "pool zone outside the network": (
+        "      capacityType: spot\n",
+        "      capacityType: spot\n      availabilityZone: us-east-1c\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].availabilityZone: 'us-east-1c' "
+            "is not one of network.availabilityZones, so the pool has no subnet there (allowed: "
+            "'us-east-1a' or 'us-east-1b')"
+        ],
+    ),
     "API endpoint open to the internet in two halves": (
         "publicAccessCidrs: [203.0.113.0/24]",
         "publicAccessCidrs: [0.0.0.0/1, 128.0.0.0/1]",

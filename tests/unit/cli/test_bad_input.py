@@ -512,6 +512,25 @@ CASES: list[Case] = [
         "nodePools[0].labels.gpuinfra.dev/x",
         "set by gpuinfra",
     ),
+    # A pool's zone must be one of its network's: the program would look up a subnet there.
+    stack(
+        "stack-pool-zone-outside-network",
+        sub(
+            DEV,
+            "      capacityType: spot\n",
+            "      capacityType: spot\n      availabilityZone: us-east-1c\n",
+        ),
+        "nodePools[0].availabilityZone",
+        "allowed: 'us-east-1a' or 'us-east-1b'",
+    ),
+    stack(
+        "plan-prod-pool-zone-outside-network-out",
+        sub(PROD, "availabilityZone: us-east-1a", "availabilityZone: us-east-1f"),
+        "nodePools[0].availabilityZone",
+        "allowed: 'us-east-1a', 'us-east-1b' or 'us-east-1c'",
+        file=PROD,
+        argv=("plan", "--stack", "prod", "--out", "plan.txt"),
+    ),
     stack(
         "stack-empty-tag",
         sub(DEV, "team: ml-platform", 'team: ""'),
