@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import (
@@ -35,7 +36,7 @@ from gpuinfra.addons.prometheus_stack import PrometheusStackSettings
 from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.addons.volcano import VolcanoSettings
 from gpuinfra.errors import ConfigError, Problem, UsageError
-from gpuinfra.loading import validate
+from gpuinfra.loading import join_path, located_messages, validate
 from gpuinfra.site import Site, VarSpec, coerce
 from gpuinfra.suggest import did_you_mean
 from gpuinfra.versions import Versions
@@ -67,6 +68,48 @@ class AddonsSettings(Settings):
     keda: KedaSettings = Field(default_factory=KedaSettings)
     loki: LokiSettings = Field(default_factory=LokiSettings)
     alloy: AlloySettings = Field(default_factory=AlloySettings)
+
+    @model_validator(mode="after")
+    def _teams_apart(self) -> AddonsSettings:
+        # A team's namespace gets Kueue's Pod Security level and queue label; on an add-on's
+        # namespace that would overrule the add-on's own level (the GPU Operator runs
+        # privileged) and queue the add-on's pods as a team's.
+        owners = {
+            getattr(self, addon).namespace: addon
+            for addon in reversed(ADDONS)
+            if getattr(self, addon).enabled
+        }
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "value_error",
+                    "'{team}' is the namespace of the {owner} add-on; give the team a "
+                    "namespace of its own",
+                    {"team": team, "owner": _TITLES[owners[team]]},
+                ),
+                # Located at the team, as a field's own check would be.
+                loc=("kueue", "teams", i),
+                input=team,
+            )
+            for i, team in enumerate(self.kueue.teams)
+            if team in owners
+        ]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+
+# How messages name each add-on.
+_TITLES = {
+    "prometheus_stack": "Prometheus stack",
+    "gpu_operator": "GPU Operator",
+    "volcano": "Volcano",
+    "kueue": "Kueue",
+    "triton": "Triton",
+    "keda": "KEDA",
+    "loki": "Loki",
+    "alloy": "Alloy",
+}
 
 
 _Renderer = Callable[[Any, Versions], AddonRender]
@@ -200,7 +243,20 @@ def settings_from_site(site: Site) -> AddonsSettings:
             problems += [_in_file(p, origin) for p in exc.problems]
     if problems:
         raise ConfigError(problems)
-    return AddonsSettings.model_validate(chosen)
+    try:
+        return AddonsSettings.model_validate(chosen)
+    except ValidationError as exc:
+        # A check across add-ons, located at one add-on's field: its role variable.
+        raise ConfigError(
+            _in_file(Problem(site.name, _role_variable(loc), message), origin)
+            for loc, message in located_messages(exc, AddonsSettings)
+        ) from None
+
+
+def _role_variable(loc: tuple[str | int, ...]) -> str:
+    """``("kueue", "teams", 0)`` as the site writes it: ``kueue_teams[0]``."""
+    addon, field_name, *rest = loc
+    return join_path([f"{addon}_{field_name}", *rest])
 
 
 def _in_file(problem: Problem, origin: dict[str, str]) -> Problem:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
 from gpuinfra.addons.base import (
     GPU_RESOURCE,
@@ -23,6 +23,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.addons.isolation import QUEUE_LABEL
+from gpuinfra.suggest import allowed
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
@@ -30,6 +31,23 @@ RELEASE = "kueue"
 MIG_PROFILE = r"^[1-7]g\.[0-9]+gb(\+me)?$"
 API = "kueue.x-k8s.io/v1beta2"
 IMAGE = "registry.k8s.io/kueue/kueue"
+# Namespaces every cluster has and shares. A team's namespace is gpuinfra's to label (its queue,
+# Pod Security baseline): on one of these that would fence the control plane's own pods, or
+# admit every user's workloads to the queue.
+SHARED_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+
+
+def _own_namespace(team: str) -> str:
+    if team in SHARED_NAMESPACES:
+        raise ValueError(
+            f"'{team}' is a namespace every cluster shares, not a team's (not allowed: "
+            f"{allowed(SHARED_NAMESPACES)}); give the team a namespace of its own"
+        )
+    return team
+
+
+# A team's namespace: a Kubernetes name the team has to itself.
+Team = Annotated[Name, AfterValidator(_own_namespace)]
 
 
 class KueueFlavor(Settings):
@@ -86,7 +104,7 @@ class KueueSettings(AddonSettings):
         "label value), gpus, cpu, memory, gpu_borrowing_limit (optional), mig_slices (optional: "
         "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb).",
     )
-    teams: list[Name] = Field(
+    teams: list[Team] = Field(
         default_factory=list,
         description="Team namespaces; each gets a LocalQueue pointing at the ClusterQueue.",
     )

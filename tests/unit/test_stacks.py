@@ -226,6 +226,24 @@ BAD_STACKS = {
             "'us-east-1a' or 'us-east-1b')"
         ],
     ),
+    "Kueue team in a namespace every cluster shares": (
+        "teams: [research]",
+        "teams: [research, kube-system]",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.teams[1]: 'kube-system' is a "
+            "namespace every cluster shares, not a team's (not allowed: 'default', "
+            "'kube-node-lease', 'kube-public' or 'kube-system'); give the team a namespace of "
+            "its own"
+        ],
+    ),
+    "Kueue team in an add-on's namespace": (
+        "teams: [research]",
+        "teams: [gpu-operator, research]",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.teams[0]: 'gpu-operator' is "
+            "the namespace of the GPU Operator add-on; give the team a namespace of its own"
+        ],
+    ),
     "API endpoint open to the internet in two halves": (
         "publicAccessCidrs: [203.0.113.0/24]",
         "publicAccessCidrs: [0.0.0.0/1, 128.0.0.0/1]",

@@ -11,6 +11,7 @@ import yaml
 from gpuinfra import addons, config
 from gpuinfra.addons import ADDONS, AddonsSettings, GpuOperatorSettings
 from gpuinfra.errors import ConfigError, UsageError
+from gpuinfra.loading import validate
 from gpuinfra.site import Host, Site
 from gpuinfra.versions import Versions, pinned
 
@@ -208,6 +209,15 @@ def test_a_misspelled_role_variable_is_named_with_a_suggestion() -> None:
             "cpu: 'lots' is not a resource quantity",
         ),
         ("kueue", {"teams": ["ml"]}, "", "teams need at least one flavor"),
+        (
+            "kueue",
+            {
+                "flavors": [{"gpuType": "l4", "gpus": 1, "cpu": "1", "memory": "1Gi"}],
+                "teams": ["ml", "default"],
+            },
+            "teams[1]",
+            "'default' is a namespace every cluster shares, not a team's",
+        ),
         ("prometheus_stack", {"retention": "forever"}, "retention", "string should match pattern"),
     ],
 )
@@ -255,6 +265,38 @@ def test_site_settings_that_differ_between_hosts_are_refused() -> None:
     (problem,) = caught.value.problems
     assert (problem.file, problem.path) == ("host_vars/gpu2.yml", "gpu_operator_mig_strategy")
     assert problem.message.startswith("differs from group_vars/all.yml (host gpu2)")
+
+
+def test_a_team_in_an_enabled_add_ons_namespace_is_refused_at_the_team() -> None:
+    flavor = {"gpuType": "l4", "gpus": 1, "cpu": "1", "memory": "1Gi"}
+    with pytest.raises(ConfigError) as caught:
+        validate(
+            AddonsSettings,
+            {"kueue": {"flavors": [flavor], "teams": ["ml", "gpu-operator"]}},
+            "f.yaml",
+        )
+    assert caught.value.lines() == [
+        "f.yaml: kueue.teams[1]: 'gpu-operator' is the namespace of the GPU Operator add-on; "
+        "give the team a namespace of its own"
+    ]
+    # A disabled add-on leaves its namespace free.
+    settings = AddonsSettings.model_validate(
+        {"kueue": {"flavors": [flavor], "teams": ["loki"]}, "loki": {"enabled": False}}
+    )
+    assert settings.kueue.teams == ["loki"]
+
+
+def test_a_site_team_in_an_add_ons_namespace_names_the_role_variable_and_its_file() -> None:
+    flavors = [{"gpu_type": "l4", "gpus": 1, "cpu": "1", "memory": "1Gi"}]
+    site = _site(
+        ("gpu1", {"kueue_flavors": flavors, "kueue_teams": ["ml", "monitoring"]}, "kueue.yml"),
+    )
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_site(site)
+    assert caught.value.lines() == [
+        "kueue.yml: kueue_teams[1]: 'monitoring' is the namespace of the Prometheus stack "
+        "add-on; give the team a namespace of its own"
+    ]
 
 
 @pytest.mark.parametrize("addon", ADDONS)

@@ -574,6 +574,48 @@ CASES: list[Case] = [
         "addons.kueue.teem",
         "did you mean 'teams'",
     ),
+    # A team's namespace is labelled for its queue and Pod Security baseline.
+    *(
+        stack(
+            f"addon-kueue-team-{team}",
+            sub(DEV, "teams: [research]", f"teams: [research, {team}]"),
+            "addons.kueue.teams[1]",
+            allowed,
+            argv=argv,
+        )
+        for team, allowed, argv in (
+            (
+                "default",
+                "not allowed: 'default', 'kube-node-lease'",
+                ("config", "check", "--stack", "dev"),
+            ),
+            (
+                "kube-system",
+                "a namespace every cluster shares",
+                ("plan", "--stack", "dev", "--out", "plan.txt"),
+            ),
+            (
+                "kube-public",
+                "give the team a namespace of its own",
+                ("config", "check", "--stack", "dev"),
+            ),
+            (
+                "kube-node-lease",
+                "give the team a namespace of its own",
+                ("config", "check", "--stack", "dev"),
+            ),
+            (
+                "gpu-operator",
+                "the namespace of the GPU Operator add-on",
+                ("config", "check", "--stack", "dev"),
+            ),
+            (
+                "monitoring",
+                "the namespace of the Prometheus stack add-on",
+                ("plan", "--stack", "dev", "--out", "plan.txt"),
+            ),
+        )
+    ),
     stack(
         "addon-gpu-operator-mode",
         sub(DEV, "driverMode: host", "driverMode: hots"),
@@ -989,6 +1031,21 @@ CASES: list[Case] = [
         f"{SITE}",
         "nominalQuota",
         "can give",
+    ),
+    *(
+        site_case(
+            f"{command}site-kueue-team-{team}",
+            sub(f"{ALL_VARS}/kueue.yml", "  - research\n", f"  - research\n  - {team}\n"),
+            f"{ALL_VARS}/kueue.yml",
+            "kueue_teams[1]",
+            allowed,
+            argv=argv,
+        )
+        for team, allowed in (
+            ("kube-system", "a namespace every cluster shares"),
+            ("triton", "the namespace of the Triton add-on"),
+        )
+        for command, argv in (("", ("config", "check", "--site", SITE)), ("plan-", PLAN_SITE))
     ),
     site_case(
         "site-addon-var-typo",
