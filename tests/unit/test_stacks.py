@@ -226,6 +226,24 @@ BAD_STACKS = {
             "'us-east-1a' or 'us-east-1b')"
         ],
     ),
+    "node label key": (
+        "      rootVolumeGib: 150\n",
+        '      rootVolumeGib: 150\n      labels: {"bad key!": x}\n',
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].labels.bad key!: not a node "
+            "label key (allowed: an optional lowercase DNS prefix and '/', then letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit)"
+        ],
+    ),
+    "node label value": (
+        "      rootVolumeGib: 150\n",
+        '      rootVolumeGib: 150\n      labels: {example.com/tier: "x y"}\n',
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].labels.example.com/tier: 'x y' "
+            "is not a node label value (allowed: 1-63 letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit)"
+        ],
+    ),
     "Kueue team in a namespace every cluster shares": (
         "teams: [research]",
         "teams: [research, kube-system]",

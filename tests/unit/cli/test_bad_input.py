@@ -532,6 +532,35 @@ CASES: list[Case] = [
         argv=("plan", "--stack", "prod", "--out", "plan.txt"),
     ),
     stack(
+        "stack-label-key",
+        sub(
+            DEV,
+            "      rootVolumeGib: 150",
+            '      rootVolumeGib: 150\n      labels: {"bad key!": x}',
+        ),
+        "nodePools[0].labels.bad key!",
+        "allowed: an optional lowercase DNS prefix and '/'",
+    ),
+    stack(
+        "plan-stack-label-value-out",
+        sub(
+            DEV, "      rootVolumeGib: 150", '      rootVolumeGib: 150\n      labels: {tier: "x y"}'
+        ),
+        "nodePools[0].labels.tier",
+        "allowed: 1-63 letters, digits",
+        argv=("plan", "--stack", "dev", "--out", "plan.txt"),
+    ),
+    stack(
+        "stack-label-key-too-long-for-eks",
+        sub(
+            DEV,
+            "      rootVolumeGib: 150",
+            f"      rootVolumeGib: 150\n      labels: {{example.com/{'k' * 52}: x}}",
+        ),
+        "nodePools[0].labels.example.com/k",
+        "at most 63 characters, prefix included",
+    ),
+    stack(
         "stack-empty-tag",
         sub(DEV, "team: ml-platform", 'team: ""'),
         "tags.team",

@@ -189,6 +189,20 @@ def test_the_labels_kueue_relies_on_cannot_be_overridden(run) -> None:
     )
 
 
+def test_labels_kubernetes_or_eks_would_refuse_are_refused_before_anything(run) -> None:
+    labels = {"bad key!": "x", "tier": "x y", "example.com/" + "k" * 52: "x", "ok": "fine"}
+    program = refused(lambda: GpuNodePool("p", pool_args(labels=labels)))
+    assert run(program).resources == []
+    assert [(p.path, p.message.split(" (")[0]) for p in program.errors[0].problems] == [
+        ("args.labels.bad key!", "not a node label key"),
+        ("args.labels.tier", "'x y' is not a node label value"),
+        (
+            "args.labels.example.com/" + "k" * 52,
+            "a node label key takes at most 63 characters, prefix included",
+        ),
+    ]
+
+
 def test_a_pool_from_the_stack_file_is_the_component_argument(run) -> None:
     pool = load_stack("prod").node_pools[0]
     # Validated: GpuNodePoolArgs is the stack file's pool model with the cluster's wiring.
