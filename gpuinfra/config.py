@@ -25,6 +25,7 @@ from pydantic import (
 
 from gpuinfra import catalog
 from gpuinfra.addons import AddonsSettings
+from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, MIG_CONFIG_LABEL
 from gpuinfra.addons.prometheus_stack import alerting_secret_config_keys
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
 from gpuinfra.loading import (
@@ -505,6 +506,20 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     ("node_pools", i, "availability_zone"),
                     f"'{zone}' is not one of network.availabilityZones, so the pool has no "
                     f"subnet there (allowed: {allowed(zones)})",
+                )
+            )
+    # The GPU Operator's MIG manager applies the layout a node's label names; a name it does
+    # not know leaves the node's GPUs unsplit and the MIG manager failing.
+    operator = cfg.addons.gpu_operator
+    layouts = [MIG_ALL_DISABLED, *operator.mig_profiles]
+    for i, pool in enumerate(cfg.node_pools):
+        layout = pool.labels.get(MIG_CONFIG_LABEL)
+        if operator.enabled and layout is not None and layout not in layouts:
+            found.append(
+                (
+                    ("node_pools", i, "labels", MIG_CONFIG_LABEL),
+                    f"'{layout}' is not a MIG layout of addons.gpuOperator.migProfiles"
+                    f"{did_you_mean(layout, layouts)} (allowed: {allowed(layouts)})",
                 )
             )
     # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.

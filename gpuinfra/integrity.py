@@ -30,13 +30,19 @@ from gpuinfra import addons, autoscaler, catalog, chartdata, gpus, paths
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
-from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, SMOKE_TEST, GpuOperatorSettings
+from gpuinfra.addons.gpu_operator import (
+    MIG_ALL_DISABLED,
+    MIG_CONFIG_LABEL,
+    SMOKE_TEST,
+    GpuOperatorSettings,
+)
 from gpuinfra.addons.keda import prometheus_address
 from gpuinfra.addons.logs import loki_push_address, loki_query_address
 from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.site import Site
+from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import Versions
 
 Severity = Literal["error", "warning"]
@@ -131,6 +137,9 @@ class Nodes:
     # expects (None where no node check is configured).
     mig_layout: str = ""
     expected_mig_mode: str | None = None
+    # Why its nvidia.com/mig.config label names no layout the GPU Operator has ('' where it
+    # names one, or none).
+    mig_label_problem: str = ""
     # Its GPU model (lower case, as gpus.GPU_MIN_BRANCH names it; '' where unknown), the driver
     # build it runs and where that build is pinned ('' for nodes without GPUs).
     gpu: str = ""
@@ -309,9 +318,6 @@ def _cdi_problem(variables: Mapping[str, Any], containerd: str) -> str:
     )
 
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-
-
 def _mig_offer(gpus: float, layout: Mapping[str, int], strategy: str) -> dict[str, float]:
     """What a node offers once every GPU is split by ``layout`` (mig-parted's devices: all)."""
     if strategy == "mixed":
@@ -329,6 +335,20 @@ def _layout(labels: Mapping[str, str], operator: GpuOperatorSettings | None) -> 
         return ""
     layout = labels.get(MIG_CONFIG_LABEL, operator.mig_default_profile)
     return "" if layout == MIG_ALL_DISABLED or layout not in operator.mig_profiles else layout
+
+
+def _mig_label_problem(labels: Mapping[str, str], operator: GpuOperatorSettings | None) -> str:
+    layout = labels.get(MIG_CONFIG_LABEL)
+    if operator is None or not operator.enabled or layout is None:
+        return ""
+    layouts = [MIG_ALL_DISABLED, *operator.mig_profiles]
+    if layout in layouts:
+        return ""
+    return (
+        f"{MIG_CONFIG_LABEL}={layout} names no MIG layout of gpu_operator_mig_profiles"
+        f"{did_you_mean(layout, layouts)} (allowed: {allowed(layouts)}): the MIG manager "
+        "would fail on the host and leave its GPUs as they are"
+    )
 
 
 def _split(
@@ -403,6 +423,7 @@ def site_nodes(
                 else "",
                 mig_layout=layout,
                 expected_mig_mode=mode if isinstance(mode, str) else None,
+                mig_label_problem=_mig_label_problem(labels, operator),
                 gpu=gpu_type.lower() if isinstance(gpu_type, str) else "",
                 driver=driver,
                 driver_key=f"nvidia_driver.{source}",
@@ -1035,9 +1056,22 @@ def references(state: State) -> list[Finding]:
 
 
 def node_checks(state: State) -> list[Finding]:
-    """The node check expects the MIG mode the GPU Operator gives the node's GPUs."""
+    """The node check expects the MIG mode the GPU Operator gives the node's GPUs, and the
+    layout a host's label names is one the GPU Operator has (a stack's config check refuses
+    a node pool's)."""
     found = []
     for nodes in state.nodes:
+        if nodes.mig_label_problem:
+            found.append(
+                Finding(
+                    "error",
+                    "node_checks",
+                    nodes.name,
+                    "gpu_node_registration_labels",
+                    nodes.mig_label_problem,
+                )
+            )
+            continue
         expected = nodes.expected_mig_mode
         if nodes.mig_layout and expected == "disabled":
             message = (

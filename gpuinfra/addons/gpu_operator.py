@@ -36,6 +36,8 @@ MIG_CONFIG_MAP = "gpuinfra-mig-parted-config"
 DEVICE_PLUGIN_CONFIG_MAP = "gpuinfra-device-plugin-config"
 DEVICE_PLUGIN_CONFIG = "gpuinfra"
 MIG_ALL_DISABLED = "all-disabled"
+# The node label naming the MIG layout the MIG manager applies to the node's GPUs.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # The Service (and so the Prometheus job) the operator creates for the DCGM exporter.
 DCGM_EXPORTER_JOB = "nvidia-dcgm-exporter"
 SMOKE_TEST = "gpuinfra-gpu-smoke-test"

@@ -336,6 +336,23 @@ def test_a_node_check_expecting_mig_where_no_layout_applies_is_an_error(tmp_path
     assert "expects MIG enabled, and no MIG layout applies" in check.message
 
 
+def test_a_host_labelled_with_a_mig_layout_the_operator_lacks_is_an_error(
+    tmp_path: Path,
+) -> None:
+    labels = {"nvidia.com/mig.config": "inferense"}
+    site = site_copy(tmp_path, {"gpu-node-01": {"gpu_node_registration_labels": labels}})
+    (check,) = only(site_findings(site), "node_checks")
+    assert (check.severity, check.object, check.path) == (
+        "error",
+        "host gpu-node-01",
+        "gpu_node_registration_labels",
+    )
+    assert check.message.startswith(
+        "nvidia.com/mig.config=inferense names no MIG layout of gpu_operator_mig_profiles; "
+        "did you mean 'inference'? (allowed: 'all-disabled' or 'inference')"
+    )
+
+
 def test_a_gpu_newer_than_the_pinned_driver_branch_is_an_error(tmp_path: Path) -> None:
     # Debian 12's 535 branch predates the H200 (R550).
     site = site_copy(tmp_path, {"gpu-node-01": {"gpu_node_registration_gpu_type": "h200"}})

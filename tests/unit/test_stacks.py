@@ -244,6 +244,15 @@ BAD_STACKS = {
             "starting and ending with a letter or digit)"
         ],
     ),
+    "MIG layout label without the layout": (
+        "      rootVolumeGib: 150\n",
+        "      rootVolumeGib: 150\n      labels: {nvidia.com/mig.config: inference}\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].labels.nvidia.com/mig.config: "
+            "'inference' is not a MIG layout of addons.gpuOperator.migProfiles (allowed: "
+            "'all-disabled')"
+        ],
+    ),
     "Kueue team in a namespace every cluster shares": (
         "teams: [research]",
         "teams: [research, kube-system]",

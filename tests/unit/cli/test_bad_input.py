@@ -561,6 +561,23 @@ CASES: list[Case] = [
         "at most 63 characters, prefix included",
     ),
     stack(
+        "stack-mig-layout-label",
+        both(
+            sub(
+                DEV,
+                "driverMode: host",
+                "driverMode: host\n      migStrategy: mixed\n      migProfiles: {inference: {1g.18gb: 7}}",
+            ),
+            sub(
+                DEV,
+                "      rootVolumeGib: 150",
+                "      rootVolumeGib: 150\n      labels: {nvidia.com/mig.config: inferense}",
+            ),
+        ),
+        "nodePools[0].labels.nvidia.com/mig.config",
+        "did you mean 'inference'? (allowed: 'all-disabled' or 'inference')",
+    ),
+    stack(
         "stack-empty-tag",
         sub(DEV, "team: ml-platform", 'team: ""'),
         "tags.team",
@@ -1075,6 +1092,18 @@ CASES: list[Case] = [
             ("triton", "the namespace of the Triton add-on"),
         )
         for command, argv in (("", ("config", "check", "--site", SITE)), ("plan-", PLAN_SITE))
+    ),
+    site_case(
+        "site-mig-layout-label",
+        sub(
+            HOSTS,
+            "gpu_node_registration_gpu_type: h100\n",
+            "gpu_node_registration_gpu_type: h100\n"
+            "      gpu_node_registration_labels: {nvidia.com/mig.config: inferense}\n",
+        ),
+        SITE,
+        "host gpu-node-01 gpu_node_registration_labels",
+        "did you mean 'inference'? (allowed: 'all-disabled' or 'inference')",
     ),
     site_case(
         "site-addon-var-typo",
