@@ -106,9 +106,10 @@ def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
 def test_a_bad_date_is_a_usage_error() -> None:
     result = run_cli("versions", "check", "--as-of", "2026-13-01")
     assert result.code == 2
-    assert (
-        result.stderr.strip().splitlines()[-1]
-        == "error: --as-of: '2026-13-01' is not a date (allowed: YYYY-MM-DD)"
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        "error: gpuinfra versions check: invalid value for '--as-of': '2026-13-01' is not a date "
+        "(allowed: YYYY-MM-DD) (see gpuinfra versions check --help)"
     )
 
 
