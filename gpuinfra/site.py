@@ -417,9 +417,11 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
         sites: list[str] = []
         with contextlib.suppress(UsageError):
             sites = _site_names(repo_root())
+        # A site is named by its folder: `--site example` means inventory/example.
+        close = did_you_mean(excerpt(path.name, 80), sites).removeprefix("; did you mean '")
+        hint = f"; did you mean 'inventory/{close}" if close else ""
         raise UsageError(
-            f"no site at {display_path(path)}"
-            f"{did_you_mean(excerpt(path.name, 80), sites)}; sites under inventory/: "
+            f"no site at {display_path(path)}{hint}; sites under inventory/: "
             f"{', '.join(sites) or 'none'}"
         )
     hosts_file = next(

@@ -162,6 +162,12 @@ def doctor(
 
     if stack is not None and site is not None:
         raise UsageError("give at most one of --stack ENV or --site DIR")
+    if kubeconfig is None and prometheus is None and alertmanager is None and node_checks is None:
+        # Every item would be skipped: "all ok" would say a cluster is healthy unread.
+        raise UsageError(
+            "nothing to check: give at least one of --kubeconfig, --prometheus, --alertmanager "
+            "or --node-checks"
+        )
     declared = doctor_mod.Declared()
     if stack is not None:
         cfg = config.load_stack(stack)

@@ -307,6 +307,8 @@ def repository(
     from gpuinfra.addons import triton as spec
 
     settings, _, source, _ = _source(stack, site)
+    if not settings.enabled:
+        raise UsageError(f"{source}: Triton is not enabled there; no model repository to check")
     repo = settings.model_repository
     if repo is None or repo.s3 is None:
         raise UsageError(

@@ -1021,8 +1021,16 @@ CASES: list[Case] = [
         nothing,
         "no site at",
         "inventory/exmaple",
-        "did you mean 'example'",
+        "did you mean 'inventory/example'",
         argv=("config", "check", "--site", "inventory/exmaple"),
+    ),
+    site_case(
+        "site-by-its-folder-name",
+        nothing,
+        "no site at example",
+        "did you mean 'inventory/example'",
+        "sites under inventory/",
+        argv=("config", "check", "--site", "example"),
     ),
     # --- add-on settings in a site: config check and plan refuse the same ---------------------
     # Each value made negative.

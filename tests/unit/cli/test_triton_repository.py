@@ -136,3 +136,10 @@ def test_a_volume_repository_is_refused_with_where_it_is_checked() -> None:
     result = run_cli("triton", "repository", "--site", "inventory/example")
     assert result.code == 2
     assert "init container" in result.stderr
+
+
+def test_a_stack_without_triton_has_no_repository_to_check() -> None:
+    result = run_cli("triton", "repository", "--stack", "prod")
+    assert result.code == 2
+    (line,) = result.stderr.splitlines()
+    assert line == "error: prod: Triton is not enabled there; no model repository to check"

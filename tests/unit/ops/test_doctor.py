@@ -266,6 +266,8 @@ def test_the_table_names_each_failed_item(kubeconfig: Path) -> None:
         (["--kubeconfig", "/nonexistent/kubeconfig"], 2, "--kubeconfig /nonexistent/kubeconfig: no such file"),
         (["--prometheus", "prometheus:9090"], 2, "--prometheus 'prometheus:9090': not an http(s) URL"),
         (["--alertmanager", "http://127.0.0.1:1"], 3, "Alertmanager at http://127.0.0.1:1/api/v2/alerts does not answer"),
+        (["--site", "inventory/example"], 2, "nothing to check: give at least one of --kubeconfig"),
+        ([], 2, "nothing to check: give at least one of --kubeconfig"),
     ],
 )  # fmt: skip
 def test_a_bad_source_is_one_line(args: list[str], code: int, message: str) -> None:
