@@ -18,6 +18,7 @@ import datetime
 import errno
 import json
 import os
+import re
 import stat
 import types
 import typing
@@ -394,6 +395,15 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
         return f"unknown key '{name}'{hint}" + (f" (allowed: {allowed(known)})" if not hint else "")
     if kind == "missing":
         return "required key is missing"
+    if kind == "union_tag_invalid":
+        # A tagged union (an alert receiver's type): the tag names which model applies.
+        tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        key = str(ctx.get("discriminator", "")).strip("'") or "the tag"
+        hint = did_you_mean(str(ctx.get("tag", value)), tags)
+        return (
+            f"{key} {excerpt(repr(ctx.get('tag', value)))} is not allowed{hint} "
+            f"(allowed: {allowed(tags)})"
+        )
     if kind in {"literal_error", "enum"}:
         choices = _choices(model, loc)
         hint = did_you_mean(str(value), choices) if choices else ""

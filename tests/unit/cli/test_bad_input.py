@@ -524,6 +524,14 @@ CASES: list[Case] = [
         "allowed: 'us-east-1a' or 'us-east-1b'",
     ),
     stack(
+        "prod-alert-receiver-type-misspelt",
+        sub(PROD, "type: slack, apiUrlKey", "type: slak, apiUrlKey"),
+        "alerting.receivers[1]",
+        "type 'slak' is not allowed; did you mean 'slack'? (allowed: 'email', 'opsgenie'",
+        file=PROD,
+        argv=("config", "check", "--stack", "prod"),
+    ),
+    stack(
         "plan-prod-pool-zone-outside-network-out",
         sub(PROD, "availabilityZone: us-east-1a", "availabilityZone: us-east-1f"),
         "nodePools[0].availabilityZone",
