@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuinfra import catalog, gpus
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TOLERATION, GPU_TYPE_LABEL, QUANTITY_PATTERN
+from gpuinfra.addons.kueue import SHARED_NAMESPACES
 from gpuinfra.errors import InputInvalid, excerpt
 from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import FLOATING_WORDS
@@ -108,6 +109,12 @@ class TrainingJob:
                     f"{MAX_LABEL} lowercase letters, digits and '-', starting and ending with a "
                     "letter or digit)"
                 )
+        if self.namespace in SHARED_NAMESPACES:
+            # Kueue admits a team's Jobs through the LocalQueue in the team's own namespace.
+            found.append(
+                f"--namespace {self.namespace!r}: a namespace every cluster shares, not a team's "
+                f"(not allowed: {allowed(SHARED_NAMESPACES)})"
+            )
         known = gpu_types()
         if self.gpu_type not in known:
             found.append(

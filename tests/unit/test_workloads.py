@@ -110,6 +110,8 @@ def lines_of(**changes: Any) -> list[str]:
         ({"name": "j" * 60, "nodes": 1000}, "NAME 'jjjj"),
         ({"namespace": "Team"}, "--namespace 'Team': not a Kubernetes namespace (allowed:"),
         ({"namespace": "team-"}, "--namespace 'team-': not a Kubernetes namespace"),
+        ({"namespace": "kube-system"}, "--namespace 'kube-system': a namespace every cluster shares, not a team's"),
+        ({"namespace": "default"}, "--namespace 'default': a namespace every cluster shares"),
         ({"queue": "Bad_Q"}, "--queue 'Bad_Q': not a Kubernetes LocalQueue name (allowed:"),
         ({"gpu_type": "H 100"}, "--gpu-type 'H 100': not a GPU type gpuinfra knows; did you mean 'h100'? (allowed: 'a10', "),
         ({"gpu_type": "H100"}, "--gpu-type 'H100': not a GPU type gpuinfra knows; did you mean 'h100'?"),
