@@ -522,6 +522,16 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"{did_you_mean(layout, layouts)} (allowed: {allowed(layouts)})",
                 )
             )
+    # The node pools boot the EKS GPU AMI, which carries the pinned driver and toolkit: the
+    # operator's own driver containers would fight the host's for the GPUs.
+    if operator.enabled and operator.driver_mode != "host":
+        found.append(
+            (
+                ("addons", "gpu_operator", "driver_mode"),
+                f"'{operator.driver_mode}' runs the driver in containers, but EKS nodes boot the "
+                "GPU AMI with its driver (allowed on a stack: 'host')",
+            )
+        )
     # A ResourceFlavor selects nodes by their GPU type label; one no pool carries selects none.
     gpu_types = sorted({catalog.instance_types()[p.instance_type].gpu_name for p in cfg.node_pools})
     for i, flavor in enumerate(cfg.addons.kueue.flavors):

@@ -524,6 +524,13 @@ CASES: list[Case] = [
         "allowed: 'us-east-1a' or 'us-east-1b'",
     ),
     stack(
+        "gpu-operator-driver-containers-on-eks",
+        sub(DEV, "driverMode: host", "driverMode: operator"),
+        "config.gpuinfra:addons.gpuOperator.driverMode",
+        "allowed on a stack: 'host'",
+        argv=("plan", "--stack", "dev", "--out", "plan.txt"),
+    ),
+    stack(
         "prod-alert-receiver-type-misspelt",
         sub(PROD, "type: slack, apiUrlKey", "type: slak, apiUrlKey"),
         "alerting.receivers[1]",
