@@ -128,7 +128,9 @@ def _write(out: Path, files: dict[str, str]) -> list[str]:
         removed = []
         for relative in sorted(set(previous) - set(files)):
             path = out / relative
-            if path.is_file() and not path.is_symlink():
+            # Only a plain file that is really below ``out``: not through a linked folder.
+            inside = out.resolve() in path.resolve().parents
+            if inside and path.is_file() and not path.is_symlink():
                 path.unlink()
                 removed.append(relative)
                 _prune(out, path.parent)
