@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuinfra import catalog, gpus
-from gpuinfra.addons.base import GPU_RESOURCE, GPU_TOLERATION, GPU_TYPE_LABEL, QUANTITY_PATTERN
+from gpuinfra.addons.base import (
+    DNS_LABEL,
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    GPU_TYPE_LABEL,
+    QUANTITY_PATTERN,
+)
 from gpuinfra.addons.kueue import SHARED_NAMESPACES
 from gpuinfra.errors import InputInvalid, excerpt
 from gpuinfra.suggest import allowed, did_you_mean
@@ -25,9 +31,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # bound on gpu_node_check_expected_gpu_count says.
 MAX_GPUS_PER_NODE = 16
 
-# A DNS-1123 label (namespaces, LocalQueues) and a DNS-1035 label (a Service's name, which the
-# Job's name is too).
-_DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A DNS-1035 label: a Service's name, which the Job's name is too.
 _DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 MAX_LABEL = 63
 _QUANTITY = re.compile(QUANTITY_PATTERN)
@@ -103,7 +107,7 @@ class TrainingJob:
             ("--namespace", self.namespace, "namespace"),
             ("--queue", self.queue, "LocalQueue name"),
         ):
-            if not _DNS_1123_LABEL.fullmatch(value) or len(value) > MAX_LABEL:
+            if not DNS_LABEL.fullmatch(value):
                 found.append(
                     f"{flag} {excerpt(repr(value))}: not a Kubernetes {what} (allowed: at most "
                     f"{MAX_LABEL} lowercase letters, digits and '-', starting and ending with a "

@@ -37,14 +37,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TEAM_LABEL = "team"
 PROJECT_LABEL = "project"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A DNS-1123 label, 63 characters at most: namespaces, most object names, LocalQueues.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 
 
 def _dns_label(value: str) -> str:
-    if not _DNS_LABEL.fullmatch(value):
+    if not DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a Kubernetes name (allowed: at most 63 lowercase letters, digits "
             "and '-', starting and ending with a letter or digit)"
