@@ -20,6 +20,22 @@ class Result:
     stderr: str
 
 
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``gpuinfra`` in this process (its entry point, exit code included), for tests that set
+    the repository with monkeypatch: exit code, stdout and stderr; what was printed before is
+    dropped."""
+    from gpuinfra import cli
+
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main(list(args))
+    except SystemExit as done:
+        code = int(done.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def run_cli(*args: str, root: Path | None = None, cwd: Path | None = None) -> Result:
     """Run ``gpuinfra`` as a user would, in a child process."""
     env = dict(os.environ)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_main
 
 KEDA_ON = "    keda:\n      enabled: true\n"
 KEDA_OFF = "    keda:\n      enabled: false\n"
@@ -32,24 +31,15 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _render(capsys: pytest.CaptureFixture[str], out: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = 0
-    try:
-        cli.main(["addons", "render", "--stack", "dev", "--out", out])
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_an_addon_turned_off_leaves_dir_on_the_next_render(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = repo / "build" / "addons"
     out.mkdir(parents=True)
     (out / "NOTES.md").write_text("mine\n")
-    code, stdout, err = _render(capsys, "build/addons")
+    code, stdout, err = run_main(
+        capsys, "addons", "render", "--stack", "dev", "--out", "build/addons"
+    )
     assert (code, err) == (0, ""), err
     assert (out / "keda" / "release.yaml").is_file()
     assert "keda" in stdout
@@ -59,7 +49,9 @@ def test_an_addon_turned_off_leaves_dir_on_the_next_render(
     assert KEDA_ON in text
     stack.write_text(text.replace(KEDA_ON, KEDA_OFF))
     (out / "gpu_operator" / "mine.txt").write_text("mine\n")
-    code, stdout, err = _render(capsys, "build/addons")
+    code, stdout, err = run_main(
+        capsys, "addons", "render", "--stack", "dev", "--out", "build/addons"
+    )
     assert (code, err) == (0, ""), err
     assert not (out / "keda").exists()
     assert "removed 3 files an earlier render wrote and this one does not: keda/" in stdout
@@ -75,11 +67,11 @@ def test_an_addon_turned_off_leaves_dir_on_the_next_render(
 def test_a_stale_addon_dir_holding_a_file_of_the_user_keeps_that_file(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _render(capsys, "out")[0] == 0
+    assert run_main(capsys, "addons", "render", "--stack", "dev", "--out", "out")[0] == 0
     (repo / "out" / "keda" / "keep.txt").write_text("mine\n")
     stack = repo / "stacks" / "Pulumi.dev.yaml"
     stack.write_text(stack.read_text().replace(KEDA_ON, KEDA_OFF))
-    assert _render(capsys, "out")[0] == 0
+    assert run_main(capsys, "addons", "render", "--stack", "dev", "--out", "out")[0] == 0
     assert sorted(p.name for p in (repo / "out" / "keda").iterdir()) == ["keep.txt"]
 
 
@@ -92,7 +84,7 @@ def test_a_manifest_naming_paths_outside_dir_deletes_nothing_there(
     outside.write_text("mine\n")
     manifest = {"files": ["../outside.txt", str(outside), "", 3]}
     (out / ".gpuinfra-render.json").write_text(json.dumps(manifest))
-    code, _, err = _render(capsys, "out")
+    code, _, err = run_main(capsys, "addons", "render", "--stack", "dev", "--out", "out")
     assert (code, err) == (0, ""), err
     assert outside.read_text() == "mine\n"
 
@@ -103,6 +95,6 @@ def test_a_manifest_that_is_not_json_is_replaced(
     out = repo / "out"
     out.mkdir()
     (out / ".gpuinfra-render.json").write_text("{not json")
-    code, _, err = _render(capsys, "out")
+    code, _, err = run_main(capsys, "addons", "render", "--stack", "dev", "--out", "out")
     assert (code, err) == (0, ""), err
     assert "keda/release.yaml" in json.loads((out / ".gpuinfra-render.json").read_text())["files"]

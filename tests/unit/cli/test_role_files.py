@@ -8,20 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import cli
 from gpuinfra.addons import ADDONS
-from tests.conftest import ROOT
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = 0
-    try:
-        cli.main(["addons", "role-files", *argv])
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from tests.conftest import ROOT, run_main
 
 
 @pytest.fixture
@@ -46,7 +34,9 @@ def test_a_roles_dir_that_does_not_exist_is_one_line_and_not_created(
     check: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "no" / "roles"
-    code, out, err = _run(capsys, *(["--check"] if check else []), "--roles", str(missing))
+    code, out, err = run_main(
+        capsys, "addons", "role-files", *(["--check"] if check else []), "--roles", str(missing)
+    )
     assert (code, out) == (2, "")
     (line,) = err.splitlines()
     assert line.startswith(f"error: --roles {missing}: no such directory (allowed: a roles ")
@@ -58,7 +48,7 @@ def test_a_file_given_as_roles_is_not_a_directory(
 ) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# readme\n")
-    code, out, err = _run(capsys, "--check", "--roles", str(readme))
+    code, out, err = run_main(capsys, "addons", "role-files", "--check", "--roles", str(readme))
     assert (code, out) == (2, "")
     (line,) = err.splitlines()
     assert line.startswith(f"error: --roles {readme}: not a directory (allowed: a roles ")
@@ -69,16 +59,16 @@ def test_paths_written_and_stale_keep_their_leading_slash(
     roles: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stale = roles / "kueue" / "defaults" / "main.yml"
-    code, out, err = _run(capsys, "--check", "--roles", str(roles))
+    code, out, err = run_main(capsys, "addons", "role-files", "--check", "--roles", str(roles))
     assert code == 1
     assert err.splitlines() == [
         f"error: {stale}: stale, not what the settings model gives; "
         "run `gpuinfra addons role-files`"
     ]
-    code, out, err = _run(capsys, "--roles", str(roles))
+    code, out, err = run_main(capsys, "addons", "role-files", "--roles", str(roles))
     assert (code, err) == (0, "")
     assert out.splitlines() == [f"wrote {stale}"]
     assert stale.read_text() == (ROOT / "roles" / "kueue" / "defaults" / "main.yml").read_text()
-    code, out, err = _run(capsys, "--check", "--roles", str(roles))
+    code, out, err = run_main(capsys, "addons", "role-files", "--check", "--roles", str(roles))
     assert (code, err) == (0, "")
     assert out.splitlines() == [f"role files under {roles} are up to date"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuinfra import cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_main
 
 GROUPS = (
     "triton_gateway: {name: inference, namespace: gateways}\n"
@@ -28,21 +28,11 @@ def site(tmp_path: Path) -> Path:
     return copy
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        cli.main(["triton", "canary", *argv])
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_a_weight_is_written_as_a_small_change(
     site: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     variables = site / "group_vars" / "all" / "triton.yml"
-    code, out, _ = _run(capsys, "vision", "10", "--site", str(site))
+    code, out, _ = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(site))
     assert code == 0
     assert variables.read_text().endswith(
         "  - name: vision  # the ResNet's own pods\n"
@@ -51,7 +41,7 @@ def test_a_weight_is_written_as_a_small_change(
         "      weight: 10\n"
     )
     assert "+    canary:" in out
-    code, _, _ = _run(capsys, "vision", "0", "--site", str(site))
+    code, _, _ = run_main(capsys, "triton", "canary", "vision", "0", "--site", str(site))
     assert code == 0
     assert variables.read_text().endswith("      weight: 0\n")
 
@@ -73,7 +63,7 @@ def test_bad_input_is_one_line_and_changes_nothing(
 ) -> None:
     variables = site / "group_vars" / "all" / "triton.yml"
     before = variables.read_text()
-    code, _, err = _run(capsys, *argv, "--site", str(site))
+    code, _, err = run_main(capsys, "triton", "canary", *argv, "--site", str(site))
     assert code == 2
     (line,) = err.strip().splitlines()
     assert message in line
@@ -86,7 +76,7 @@ def test_a_canary_without_a_gateway_is_refused(
     variables = site / "group_vars" / "all" / "triton.yml"
     variables.write_text(variables.read_text().replace(GROUPS.splitlines()[0] + "\n", ""))
     before = variables.read_text()
-    code, _, err = _run(capsys, "vision", "10", "--site", str(site))
+    code, _, err = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(site))
     assert code == 2
     (line,) = err.strip().splitlines()
     assert "triton.yml: triton_serving_groups: serving group 'vision' has a canary" in line
@@ -99,7 +89,7 @@ def test_a_site_without_serving_groups_is_one_line(
 ) -> None:
     copy = tmp_path / "plain"
     shutil.copytree(ROOT / "inventory" / "example", copy)
-    code, _, err = _run(capsys, "vision", "10", "--site", str(copy))
+    code, _, err = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(copy))
     assert code == 2
     assert err.strip() == "error: plain: no triton_serving_groups in the site's variables"
 
@@ -136,7 +126,7 @@ def test_a_stacks_group_gets_its_canary_in_the_stack_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stack = _stack(tmp_path, monkeypatch, STACK_TAIL)
-    code, out, err = _run(capsys, "vision", "25", "--stack", "dev")
+    code, out, err = run_main(capsys, "triton", "canary", "vision", "25", "--stack", "dev")
     assert code == 0, err
     assert stack.read_text().endswith(
         "        - name: vision  # the ResNet's own pods\n"
@@ -145,7 +135,7 @@ def test_a_stacks_group_gets_its_canary_in_the_stack_file(
         "            weight: 25\n"
     )
     assert "+          canary:" in out
-    code, _, err = _run(capsys, "bert", "25", "--stack", "dev")
+    code, _, err = run_main(capsys, "triton", "canary", "bert", "25", "--stack", "dev")
     assert code == 2
     assert "no serving group 'bert' in config.gpuinfra:addons.triton.servingGroups" in err
 
@@ -176,7 +166,7 @@ def test_a_stack_config_check_refuses_is_not_written(
     before = stack.read_text()
     checked = cli_code(capsys, "config", "check", "--stack", "dev")
     assert checked[0] == 2 and MISFIT in checked[2]
-    code, out, err = _run(capsys, "bert", *argv, "--stack", "dev")
+    code, out, err = run_main(capsys, "triton", "canary", "bert", *argv, "--stack", "dev")
     assert (code, out) == (2, "")
     lines = err.strip().splitlines()
     # One line per problem, as config check gives them: the group and its new canary.
@@ -196,7 +186,7 @@ def test_a_site_config_check_refuses_is_not_written(
     variables.write_text(variables.read_text() + "    gpuResource: nvidia.com/mig-3g.71gb\n")
     before = variables.read_text()
     assert cli_code(capsys, "config", "check", "--site", str(site))[0] == 2
-    code, out, err = _run(capsys, "vision", "10", "--site", str(site))
+    code, out, err = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(site))
     assert (code, out) == (2, "")
     lines = err.strip().splitlines()
     assert lines, err
