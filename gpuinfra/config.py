@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpuinfra import catalog
+from gpuinfra import catalog, labels
 from gpuinfra.addons import AddonsSettings
 from gpuinfra.addons.gpu_operator import MIG_ALL_DISABLED, MIG_CONFIG_LABEL
 from gpuinfra.addons.prometheus_stack import alerting_secret_config_keys
@@ -51,12 +51,6 @@ POOL_LABEL = "gpuinfra.dev/pool"
 SYSTEM_POOL = "system"
 # x86 general-purpose, compute and memory families the standard EKS AMI runs on.
 SYSTEM_INSTANCE_FAMILIES = ("m6i", "m7i", "c6i", "c7i", "r6i", "r7i")
-# Kubernetes label syntax: a key is an optional DNS subdomain and '/', then a name; a value is
-# a name or empty. EKS's node group API takes at most 63 characters for a whole key and 1-63
-# for a value (botocore's eks labelKey, labelValue), so no empty value and no long prefix.
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
-MAX_EKS_LABEL = 63
 # Amazon EKS service quotas: nodes per managed node group, and managed node groups per cluster.
 MAX_NODES_PER_GROUP = 450
 MAX_NODE_GROUPS = 30
@@ -184,26 +178,14 @@ class ClusterConfig(CamelModel):
 
 def _label_key(key: str) -> str:
     # The key is the last part of the error's path: the message need not quote it again.
-    if len(key) > MAX_EKS_LABEL:
-        raise ValueError(
-            f"a node label key takes at most {MAX_EKS_LABEL} characters, prefix included "
-            f"(EKS), not {len(key)}"
-        )
-    prefix, slash, name = key.rpartition("/")
-    if not _LABEL_NAME.match(name) or (slash and not _LABEL_PREFIX.match(prefix)):
-        raise ValueError(
-            "not a node label key (allowed: an optional lowercase DNS prefix and '/', then "
-            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
-        )
+    if why := labels.key_problem(key):
+        raise ValueError(why)
     return key
 
 
 def _label_value(value: str) -> str:
-    if not _LABEL_NAME.match(value):
-        raise ValueError(
-            f"{excerpt(repr(value))} is not a node label value (allowed: 1-{MAX_EKS_LABEL} "
-            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
-        )
+    if why := labels.value_problem(value):
+        raise ValueError(why)
     return value
 
 

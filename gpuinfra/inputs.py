@@ -1,4 +1,4 @@
-"""What the node roles' URL, key and path inputs may look like.
+"""What the node roles' URL, key, path and label inputs may look like.
 
 These values end up in apt source files, in a signed-by option and on a command line on the host.
 A newline or a space in a repository URL adds an option (``[trusted=yes]``) or a whole source
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuinfra import secrets
+from gpuinfra import labels, secrets
 
 # Characters a URL keeps as they are (RFC 3986 unreserved, reserved and '%'), minus those that
 # an apt source line or a shell reads: space, quotes, brackets, backslash, '`', '$', ';', '|'.
@@ -120,6 +120,7 @@ KINDS: dict[str, Callable[[Any], str]] = {
     "path": path_problem,
     "paths": paths_problem,
     "word": word_problem,
+    "node_labels": labels.host_labels_problem,
 }
 
 # The role variables these rules apply to.
@@ -141,6 +142,7 @@ VARIABLES: dict[str, str] = {
     "nvidia_container_toolkit_docker_daemon_json": "path",
     "nvidia_container_toolkit_runtime_path": "path",
     "nvidia_container_toolkit_cdi_spec": "path",
+    "gpu_node_registration_labels": "node_labels",
 }
 
 

@@ -575,6 +575,23 @@ CASES: list[Case] = [
         "nodePools[0].labels.example.com/k",
         "at most 63 characters, prefix included",
     ),
+    *(
+        stack(
+            f"stack-label-key-in-{domain}",
+            sub(
+                DEV,
+                "      rootVolumeGib: 150",
+                f"      rootVolumeGib: 150\n      labels: {{{key}: x}}",
+            ),
+            f"nodePools[0].labels.{key}",
+            f"the '{domain}' namespace is Kubernetes' own",
+        )
+        for key, domain in (
+            ("node-role.kubernetes.io/gpu", "kubernetes.io"),
+            ("k8s.io/team", "k8s.io"),
+            ("eks.amazonaws.com/capacityType", "eks.amazonaws.com"),
+        )
+    ),
     stack(
         "stack-mig-layout-label",
         both(
@@ -1127,6 +1144,30 @@ CASES: list[Case] = [
         SITE,
         "host gpu-node-01 gpu_node_registration_labels",
         "did you mean 'inference'? (allowed: 'all-disabled' or 'inference')",
+    ),
+    *(
+        site_case(
+            f"site-registration-label-{name}",
+            sub(
+                HOSTS,
+                "gpu_node_registration_gpu_type: h100\n",
+                "gpu_node_registration_gpu_type: h100\n"
+                f"      gpu_node_registration_labels: {{{labels}}}\n",
+            ),
+            HOSTS,
+            "gpu_node_registration_labels",
+            message,
+        )
+        for name, labels, message in (
+            (
+                "kubernetes-io",
+                "node-role.kubernetes.io/gpu: ''",
+                "the 'kubernetes.io' namespace is Kubernetes' own",
+            ),
+            ("key-syntax", "'bad key!': x", "allowed: an optional lowercase DNS prefix"),
+            ("value-syntax", "tier: 'x y'", "allowed: 0-63 letters"),
+            ("value-not-a-string", "spot: yes", "True is not a string; quote it"),
+        )
     ),
     site_case(
         "site-addon-var-typo",
