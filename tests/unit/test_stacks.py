@@ -231,8 +231,8 @@ BAD_STACKS = {
         '      rootVolumeGib: 150\n      labels: {"bad key!": x}\n',
         [
             "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].labels.bad key!: not a node "
-            "label key (allowed: an optional lowercase DNS prefix and '/', then letters, digits, "
-            "'-', '_' and '.', starting and ending with a letter or digit)"
+            "label key (allowed: an optional lowercase DNS prefix and '/', then 1-63 letters, "
+            "digits, '-', '_' and '.', starting and ending with a letter or digit)"
         ],
     ),
     "node label value": (
