@@ -31,7 +31,9 @@ from typing import Any
 
 import yaml
 
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
+from gpuinfra.loading import display_path, read_text
+from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import RuleProblem, Versions, pin_problem
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -44,6 +46,18 @@ COUNTERS_FILE = "counters.json"
 
 # The DCGM exporter's counter lists that the GPU Operator's exporter reads (etc/ upstream).
 COUNTER_LISTS = ("default-counters.csv", "dcp-metrics-included.csv")
+# What a counter list's line holds, as the exporter reads it (internal/pkg/counters upstream):
+# exactly three columns; a DCGM field (DCGM_FI_*, or a 1.x name such as dcgm_sm_clock) or one
+# of the exporter's own fields; one of the Prometheus types it knows.
+COUNTER_COLUMNS = ("DCGM field", "Prometheus metric type", "help message")
+EXPORTER_FIELDS = (
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
+    "DCGM_EXP_GPU_HEALTH_STATUS",
+    "DCGM_EXP_P2P_STATUS",
+    "DCGM_EXP_XID_ERRORS_COUNT",
+)
+METRIC_TYPES = ("counter", "gauge", "histogram", "label", "summary")
+_DCGM_FIELD = re.compile(r"^(DCGM_FI_[A-Z0-9_]+|dcgm_[a-z0-9_]+)$")
 
 # apiVersion -> kind -> OpenAPI v3 schema.
 CrdMap = dict[str, dict[str, dict[str, Any]]]
@@ -458,31 +472,75 @@ def chart_files(source: ChartSource) -> dict[str, str]:
     return files
 
 
-def counter_lists(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """List name -> DCGM field -> Prometheus type, from the exporter's CSV counter lists."""
-    out: dict[str, dict[str, str]] = {}
-    for name, text in files.items():
-        metrics: dict[str, str] = {}
-        for row in csv.reader(io.StringIO(text)):
-            if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
-                continue
-            if len(row) < 2:
-                raise UsageError(f"{name}: {row[0].strip()}: no Prometheus type column")
-            metrics[row[0].strip()] = row[1].strip()
-        out[PurePosixPath(name).stem] = metrics
-    return out
+def _counters(name: str, text: str) -> dict[str, str]:
+    """One counter list's fields and types; its first line the exporter refuses raises."""
+    metrics: dict[str, str] = {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        # The exporter skips blank lines and comments (a line that starts with "#").
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        field, kind, message = _counter(line)
+        if message:
+            raise ConfigError([Problem(name, f"line {number}", message)])
+        metrics[field] = kind
+    if not metrics:
+        raise ConfigError(
+            [
+                Problem(
+                    name,
+                    "",
+                    f"lists no counter (allowed: lines of {', '.join(COUNTER_COLUMNS)}, such as "
+                    "'DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).'; # starts a comment)",
+                )
+            ]
+        )
+    return metrics
+
+
+def _counter(line: str) -> tuple[str, str, str]:
+    """One line of a counter list: its field, its type and what is wrong ("" when nothing)."""
+    columns = f"(allowed: {', '.join(COUNTER_COLUMNS)})"
+    try:
+        row = [cell.strip() for cell in next(csv.reader([line], strict=True))]
+    except csv.Error as exc:
+        return "", "", f"not a CSV line: {exc} {columns}"
+    if len(row) != len(COUNTER_COLUMNS):
+        count = f"{len(row)} column" + ("" if len(row) == 1 else "s")
+        return "", "", f"{count}, expected {len(COUNTER_COLUMNS)} {columns}"
+    field, kind, _help = row
+    if field not in EXPORTER_FIELDS and not _DCGM_FIELD.match(field):
+        hint = did_you_mean(field, EXPORTER_FIELDS) if field.startswith("DCGM_EXP") else ""
+        exporters = "the exporter's DCGM_EXP_ fields" if hint else allowed(EXPORTER_FIELDS)
+        return (
+            field,
+            kind,
+            f"{excerpt(repr(field))} is not a DCGM field name{hint} (allowed: DCGM_FI_<NAME> in "
+            f"capitals, digits and _, a 1.x name dcgm_<name> in lower case, or {exporters})",
+        )
+    if kind not in METRIC_TYPES:
+        return (
+            field,
+            kind,
+            f"metric type {excerpt(repr(kind))} is not allowed{did_you_mean(kind, METRIC_TYPES)} "
+            f"(allowed: {allowed(METRIC_TYPES)})",
+        )
+    return field, kind, ""
 
 
 def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
+    """The counters data file of a DCGM exporter version, from its CSV counter lists."""
     if not _VERSION.match(version):
         raise UsageError(f"DCGM exporter version {version!r} is not a version")
-    texts: dict[str, str] = {}
+    lists: dict[str, dict[str, str]] = {}
+    problems: list[Problem] = []
     for path in csv_files:
         try:
-            texts[path.name] = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    text = json.dumps(counter_lists(texts), sort_keys=True, indent=1) + "\n"
+            lists[path.stem] = _counters(display_path(path), read_text(path))
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+    text = json.dumps(lists, sort_keys=True, indent=1) + "\n"
     return {f"dcgm-exporter/{_version_dir(version)}/{COUNTERS_FILE}": text}
 
 

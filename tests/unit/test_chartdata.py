@@ -13,7 +13,7 @@ import pytest
 
 from gpuinfra import chartdata, schemas, versions
 from gpuinfra.errors import UsageError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main
 
 CHART = """\
 apiVersion: v2
@@ -303,6 +303,63 @@ def test_counter_lists_keep_names_and_types_only(tmp_path: Path) -> None:
     assert chartdata.load_counters("4.6.0-4.8.3", data=tmp_path / "data") == {
         "default-counters": {"DCGM_FI_DEV_GPU_TEMP": "gauge", "DCGM_FI_DEV_XID_ERRORS": "gauge"}
     }
+
+
+def test_counter_lists_read_every_form_the_exporter_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its own fields, 1.x names, every Prometheus type, spaces before a comma, CRLF, a BOM."""
+    listing = tmp_path / "dcp-metrics-included.csv"
+    listing.write_bytes(
+        "\ufeff# DCGM FIELD, Prometheus metric type, help message\r\n"
+        "DCGM_FI_DEV_DEC_UTIL ,     gauge, Decoder utilization (in %).\r\n"
+        "\r\n"
+        "   # DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, indented comment\r\n"
+        'DCGM_FI_DRIVER_VERSION,        label,"Driver Version, as a label"\r\n'
+        "DCGM_EXP_XID_ERRORS_COUNT, counter, reported XIDs during last window\r\n"
+        "dcgm_sm_clock,     gauge, SM clock frequency (in MHz).\r\n"
+        "DCGM_FI_PROF_SM_ACTIVE, histogram,\r\n"
+        "DCGM_FI_PROF_SM_OCCUPANCY, summary, Occupancy.".encode()
+    )
+    data = tmp_path / "data"
+    code, out, err = run_main(
+        capsys, "schemas", "counters", "4.6.0-4.8.3", str(listing), "--out", str(data)
+    )
+    assert (code, err) == (0, "")
+    assert out.count("wrote ") == 1
+    assert chartdata.load_counters("4.6.0-4.8.3", data=data) == {
+        "dcp-metrics-included": {
+            "DCGM_FI_DEV_DEC_UTIL": "gauge",
+            "DCGM_FI_DRIVER_VERSION": "label",
+            "DCGM_EXP_XID_ERRORS_COUNT": "counter",
+            "dcgm_sm_clock": "gauge",
+            "DCGM_FI_PROF_SM_ACTIVE": "histogram",
+            "DCGM_FI_PROF_SM_OCCUPANCY": "summary",
+        }
+    }
+
+
+def test_every_bad_counter_list_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "default-counters.csv"
+    good.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
+    bad = tmp_path / "dcp-metrics-included.csv"
+    bad.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_SM_CLOCK, Gauge, SM clock\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    data = tmp_path / "data"
+    argv = ("schemas", "counters", "4.6.0-4.8.3", str(good), str(bad), str(empty))
+    code, out, err = run_main(capsys, *argv, "--out", str(data))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: {bad}: line 2: metric type 'Gauge' is not allowed; did you mean 'gauge'? "
+        "(allowed: 'counter', 'gauge', 'histogram', 'label' or 'summary')",
+        f"error: {empty}: lists no counter (allowed: lines of DCGM field, Prometheus metric "
+        "type, help message, such as 'DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).'; "
+        "# starts a comment)",
+    ]
+    assert not data.exists()
 
 
 def test_the_repository_carries_data_for_every_pin_and_no_other() -> None:

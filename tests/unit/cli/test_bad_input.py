@@ -33,6 +33,8 @@ SITE = "inventory/example"
 HOSTS = f"{SITE}/hosts.yml"
 NODE_VARS = f"{SITE}/group_vars/gpu_nodes"
 ALL_VARS = f"{SITE}/group_vars/all"
+# A DCGM exporter counter list, as `gpuinfra schemas counters` reads it.
+COUNTERS = "default-counters.csv"
 
 
 # --- edits: each returns a function that changes the copied repository -------------------------
@@ -1340,6 +1342,63 @@ CASES: list[Case] = [
             ),
             ("roles-a-file", ("--check", "--roles", DEV), DEV, "not a directory"),
             ("roles-no-role", ("--roles", "stacks"), "--roles stacks", "holds no add-on role"),
+        )
+    ),
+    # schemas counters: a counter list line the DCGM exporter would refuse; nothing is written.
+    *(
+        Case(
+            case_id,
+            ("schemas", "counters", "4.6.0-4.8.3", COUNTERS, "--out", "data"),
+            put(COUNTERS, f"# DCGM FIELD, Prometheus metric type, help message\n{text}"),
+            2,
+            COUNTERS,
+            key,
+            allowed,
+        )
+        for case_id, text, key, allowed in (
+            (
+                "counters-no-type",
+                "DCGM_FI_DEV_GPU_TEMP\n",
+                "line 2",
+                "allowed: DCGM field, Prometheus metric type, help message",
+            ),
+            (
+                "counters-no-help",
+                "DCGM_FI_DEV_GPU_TEMP, gauge, Temp.\nDCGM_FI_DEV_SM_CLOCK, gauge\n",
+                "line 3",
+                "2 columns, expected 3",
+            ),
+            (
+                "counters-extra-column",
+                "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature, in C\n",
+                "line 2",
+                "4 columns, expected 3",
+            ),
+            (
+                "counters-unknown-type",
+                "DCGM_FI_DEV_GPU_TEMP, gauges, Temp.\n",
+                "line 2",
+                "'gauges' is not allowed; did you mean 'gauge'? (allowed: 'counter', 'gauge'",
+            ),
+            (
+                "counters-unknown-field",
+                "GPU_TEMP, gauge, Temp.\n",
+                "line 2",
+                "'GPU_TEMP' is not a DCGM field name (allowed: DCGM_FI_<NAME>",
+            ),
+            (
+                "counters-header-row",
+                "field,type,help\nDCGM_FI_DEV_GPU_TEMP, gauge, Temp.\n",
+                "line 2",
+                "'field' is not a DCGM field name",
+            ),
+            (
+                "counters-unknown-exporter-field",
+                "DCGM_EXP_XID_ERROR_COUNT, counter, XIDs.\n",
+                "line 2",
+                "did you mean 'DCGM_EXP_XID_ERRORS_COUNT'?",
+            ),
+            ("counters-none", "# DCGM_FI_DEV_GPU_TEMP, gauge, Temp.\n", "no counter", "allowed: "),
         )
     ),
     Case(
