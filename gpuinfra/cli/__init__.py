@@ -26,7 +26,7 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
-from gpuinfra.cli.console import err, out
+from gpuinfra.cli.console import err, out, warn
 from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
@@ -139,7 +139,7 @@ def versions_check(
         if finding.state == "past" and environment is Environment.prod:
             problems.append(f"versions.yaml: {finding} (environment prod)")
         elif finding.state in ("past", "soon"):
-            out.print(f"warning: versions.yaml: {escape(str(finding))}")
+            warn(f"versions.yaml: {finding}")
     if problems:
         raise CheckFailed(problems)
     dated = sum(1 for f in windows if f.state != "undated")
@@ -187,7 +187,7 @@ def config_check(
         cfg = config.load_stack(stack)
         warnings = checks.stack_warnings(stack, cfg)
         for warning in warnings:
-            out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
+            warn(f"{warning.object} {warning.path}: {warning.message}")
         if problems := prod_support_problems(cfg.environment, as_of):
             raise CheckFailed(problems)
         out.print(f"stack {stack}: valid ({len(cfg.node_pools)} node pools)")
@@ -195,7 +195,7 @@ def config_check(
         assert site is not None
         checked = integrity.load_checked_site(site)
         for warning in checked.warnings:
-            out.print(f"warning: {warning.object} {warning.path}: {warning.message}")
+            warn(f"{warning.object} {warning.path}: {warning.message}")
         if problems := prod_support_problems(
             checked.site.environment,
             as_of,

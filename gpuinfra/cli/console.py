@@ -1,7 +1,8 @@
 """The one way the CLI writes: ``out`` for results on stdout, ``err`` for errors on stderr.
 
-Commands print rich renderables with ``out.print``, plain lines with ``say`` and whole
-documents (JSON, markdown, tables rendered to text) with ``emit``; nothing else writes. CI
+Commands print rich renderables with ``out.print``, plain lines with ``say``, warnings with
+``warn`` and whole documents (JSON, markdown, tables rendered to text) with ``emit``; nothing
+else writes. A line (an error, a warning) is one line whatever the terminal's width. CI
 keeps what a command prints, so every character on the way out loses its URL logins
 (``https://<redacted>@mirror/``), whichever command wrote it: ``versions show``, an error line,
 a traceback.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TextIO, cast
 
 from rich.console import Console, RenderableType
+from rich.text import Text
 
 from gpuinfra import secrets
 from gpuinfra.errors import UsageError, excerpt
@@ -62,6 +64,16 @@ def say(line: str) -> None:
     out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def warning(line: str) -> Text:
+    """``warning: <line>``, the label styled and the line as it is (never read as markup)."""
+    return Text.assemble(("warning:", "bold yellow"), " ", line)
+
+
+def warn(line: str) -> None:
+    """One warning on stdout: one line, never wrapped at the terminal's width."""
+    out.print(warning(line), soft_wrap=True)
+
+
 def emit(text: str, path: Path | None = None) -> None:
     """A document exactly as given, on stdout or into ``path``."""
     if path is None:
@@ -75,9 +87,10 @@ def emit(text: str, path: Path | None = None) -> None:
 
 
 def render_text(renderables: list[RenderableType]) -> str:
-    """Tables and text as plain characters, for a file or a pipe."""
+    """Tables and text as plain characters, for a file or a pipe; a line of text (a warning)
+    stays one line."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=WIDTH, force_terminal=False, color_system=None)
     for item in renderables:
-        console.print(item)
+        console.print(item, soft_wrap=isinstance(item, str | Text))
     return buffer.getvalue()

@@ -15,7 +15,7 @@ import typer
 from rich.console import RenderableType
 from rich.table import Table
 
-from gpuinfra.cli.console import emit, render_text
+from gpuinfra.cli.console import emit, render_text, warning
 from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
@@ -91,7 +91,7 @@ def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
         for change in report.versions.bumped:
             table.add_row(change.path, str(change.old), str(change.new))
         tables.append(table)
-    tables += [f"[bold yellow]warning:[/] {w}" for w in report.versions.warnings]
+    tables += [warning(w) for w in report.versions.warnings]
     for target in report.targets:
         table = Table(title=f"{target.target}: {target.status}")
         for column in ("section", "what", "property", "old", "new"):
