@@ -21,7 +21,14 @@ import pulumi_kubernetes as k8s
 from components.storage import key_policy
 from components.validation import raise_findings, require_tags
 from gpuinfra import autoscaler
-from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, Finding, system_type_problem, world_cidr
+from gpuinfra.config import (
+    POOL_LABEL,
+    SYSTEM_POOL,
+    Finding,
+    eks_cluster_name_problem,
+    system_type_problem,
+    world_cidr,
+)
 from gpuinfra.versions import Versions, pinned
 
 _MANAGED = "arn:aws:iam::aws:policy/"
@@ -464,6 +471,8 @@ def _findings(args: GpuClusterArgs) -> list[Finding]:
                 f"internet ({world})",
             )
         )
+    if args.eks_name is not None and (why := eks_cluster_name_problem(args.eks_name)):
+        found.append((("eks_name",), why))
     system = system_type_problem(args.system_instance_type)
     if system:
         found.append((("system_instance_type",), system))

@@ -576,6 +576,42 @@ def known_stacks(root: Path | None = None) -> list[str]:
     )
 
 
+# A stack's EKS cluster is named for the stack. EKS takes 1-100 letters, digits, '-' and '_',
+# starting with a letter or digit (botocore's eks service model, 2017-11-01: ClusterName); a
+# Pulumi stack name may also hold '.', and 100 characters, which the cluster's name cannot.
+CLUSTER_PREFIX = "gpuinfra-"
+MAX_EKS_CLUSTER_NAME = 100
+_EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
+
+
+def cluster_name(stack: str) -> str:
+    """The name of ``stack``'s EKS cluster: unique in an account and region as EKS requires, where
+    the environment alone would be shared by ``dev`` and ``dev-alice`` (decision 0077)."""
+    return CLUSTER_PREFIX + stack
+
+
+def eks_cluster_name_problem(name: str) -> str | None:
+    """Why EKS would refuse ``name`` as a cluster's name; None when it takes it."""
+    if len(name) <= MAX_EKS_CLUSTER_NAME and _EKS_CLUSTER_NAME.match(name):
+        return None
+    return (
+        f"'{excerpt(name, 50)}' is not an EKS cluster name (allowed: 1-{MAX_EKS_CLUSTER_NAME} "
+        "letters, digits, '-' or '_', starting with a letter or digit)"
+    )
+
+
+def _stack_name_problem(stack: str) -> str | None:
+    """Why ``stack`` cannot be deployed: its cluster's name would be refused by EKS."""
+    if eks_cluster_name_problem(cluster_name(stack)) is None:
+        return None
+    # Short enough to stay whole after the file's name, which holds the stack's name too.
+    return (
+        f"stack name '{excerpt(stack, 30)}': its EKS cluster, {CLUSTER_PREFIX}<stack>, would "
+        f"have a name EKS refuses (allowed: 1-{MAX_EKS_CLUSTER_NAME - len(CLUSTER_PREFIX)} "
+        "letters, digits, '-' or '_')"
+    )
+
+
 def check_stack_name(env: str) -> str:
     """A ``--stack`` argument: a Pulumi stack name, never a path."""
     if not _STACK_NAME.match(env):
@@ -626,6 +662,8 @@ def provider_keys(namespace: str) -> tuple[str, ...]:
 
 
 def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackConfig:
+    if stack is not None and (why := _stack_name_problem(stack)):
+        raise ConfigError([Problem(file, "", why)])
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise ConfigError([Problem(file, "config", "a stack file needs a 'config' mapping")])
     raw: dict[str, Any] = document["config"]

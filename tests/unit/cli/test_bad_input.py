@@ -141,6 +141,9 @@ def stack_with(extra: str) -> str:
 
 
 DEV_TEXT = (ROOT / DEV).read_text(encoding="utf-8")
+# Stack names Pulumi takes and EKS refuses in the cluster's name gpuinfra-<stack>.
+DOTTED = "stacks/Pulumi.dev-a.b.yaml"
+LONG_STACK = "dev-" + "x" * 88
 # The policy pack's limits per environment: a file users edit too.
 LIMITS = "policies/limits.yaml"
 P4DE_IN_CANADA = both(
@@ -380,6 +383,37 @@ CASES: list[Case] = [
         sub(DEV, "environment: dev", "environment: qa"),
         "config.gpuinfra:environment",
         "'dev', 'prod' or 'staging'",
+    ),
+    # A Pulumi stack name that EKS would refuse in the cluster's name, gpuinfra-<stack>: a '.',
+    # or over 91 characters. Its file is a copy of dev's, valid but for its name.
+    *(
+        Case(case_id, argv, edit, 2, file, "stack name '", "allowed: 1-91 letters, digits, '-'")
+        for case_id, argv, edit, file in (
+            (
+                "stack-name-dot",
+                ("config", "check", "--stack", "dev-a.b"),
+                put(DOTTED, DEV_TEXT),
+                DOTTED,
+            ),
+            (
+                "stack-name-dot-plan",
+                ("plan", "--stack", "dev-a.b", "--out", "plan.txt"),
+                put(DOTTED, DEV_TEXT),
+                DOTTED,
+            ),
+            (
+                "stack-name-dot-diff",
+                ("diff", "--base", "HEAD", "--stack", "dev-a.b"),
+                git_repo(put(DOTTED, DEV_TEXT)),
+                DOTTED,
+            ),
+            (
+                "stack-name-92-characters",
+                ("config", "check", "--stack", LONG_STACK),
+                put(f"stacks/Pulumi.{LONG_STACK}.yaml", DEV_TEXT),
+                f"stacks/Pulumi.{LONG_STACK}.yaml",
+            ),
+        )
     ),
     stack(
         "stack-pool-100000",

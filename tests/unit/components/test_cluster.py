@@ -170,3 +170,14 @@ def test_a_gpu_type_for_the_system_nodes_is_refused(run) -> None:
     assert run(program).resources == []
     (problem,) = program.errors[0].problems
     assert problem.path == "args.system_instance_type"
+
+
+def test_a_name_eks_refuses_is_refused_before_anything_is_made(run) -> None:
+    for name in ("gpuinfra-dev-a.b", "gpuinfra-" + "x" * 92, "-gpuinfra"):
+        program = refused(lambda name=name: GpuCluster("c", cluster_args(eks_name=name)))
+        assert run(program).resources == [], name
+        (problem,) = program.errors[0].problems
+        assert problem.path == "args.eks_name", name
+        assert "allowed: 1-100 letters, digits, '-' or '_'" in problem.message
+    named = run(lambda: GpuCluster("c", cluster_args(eks_name="gpuinfra-" + "x" * 91)))
+    assert named.named("c-eks").inputs["name"] == "gpuinfra-" + "x" * 91
