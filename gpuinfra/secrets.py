@@ -90,8 +90,19 @@ def redact_text(text: str) -> str:
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
 
 
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# A quoted string: a value as Python's repr writes it (an escaped quote inside stays inside), or
+# a name a message quotes. It opens after a space or a sign, never after a letter: the
+# apostrophe in "Kueue's" is prose.
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
 _PATH_PART = re.compile(r"[^.\[\]:]+")
+# Quoted text that a message takes from the program, never from the value: a schema's pattern
+# and a suggestion (always one of the allowed names).
+_PROGRAM_QUOTES = ("pattern ", "did you mean ")
+# What a message lists as allowed: from here to its end, the program's words.
+_ALLOWED = "(allowed"
+# A value written without quotes after "got" (a number, a list), up to "; " or " (": a boolean
+# or None says no more than the key's type.
+_BARE = re.compile(r"\bgot (?![\s'\"]|(?:True|False|None)\b).+?(?=; | \(|\s*$)")
 
 
 def secret_path(path: str) -> bool:
@@ -101,18 +112,42 @@ def secret_path(path: str) -> bool:
 
 def redact_message(path: str, message: str) -> str:
     """An error line's message about the key at ``path``: no URL login, and, when the path
-    names a secret, no quoted value (``got 'hunter2'``). Key names the path holds and what
-    the message lists as allowed stay."""
+    names a secret, no value (``got 'hunter2'`` says ``got '<redacted>'``).
+
+    What the program wrote stays: the key names the path holds, a pattern the value must match,
+    a did-you-mean suggestion and what the message lists as allowed (``(allowed: ...)``), such
+    as the names of secret config entries. Every other quoted string, and a number after
+    ``got``, is the value or may be: it is replaced.
+    """
     message = redact_text(message)
     if not secret_path(path):
         return message
     keys = set(_PATH_PART.findall(path))
-    head, sep, tail = message.partition("(allowed")
+    shown: list[str] = []
+    at = 0
+    for match in [*_QUOTED.finditer(message), None]:
+        end = match.start() if match else len(message)
+        gap = message[at:end]
+        if _ALLOWED in gap:
+            head, _, _ = gap.partition(_ALLOWED)
+            return "".join([*shown, _bare(head), message[at + len(head) :]])
+        shown.append(_bare(gap))
+        if match is None:
+            break
+        quoted = match.group(0)
+        kept = quoted[1:-1] in keys or gap.endswith(_PROGRAM_QUOTES)
+        shown.append(quoted if kept else f"'{REDACTED}'")
+        at = match.end()
+    return "".join(shown)
 
-    def mask(match: re.Match[str]) -> str:
-        return match.group(0) if match.group(0)[1:-1] in keys else f"'{REDACTED}'"
 
-    return _QUOTED.sub(mask, head) + sep + tail
+def _bare(text: str) -> str:
+    """``text`` (outside quotes) with a value written bare after "got" replaced."""
+    # A quote that opens and never closes: the value may run on to the end.
+    opened = re.search(r"(?<![A-Za-z0-9])['\"]", text)
+    if opened:
+        text = text[: opened.start()] + f"'{REDACTED}'"
+    return _BARE.sub(f"got '{REDACTED}'", text)
 
 
 def redact(value: Any, *, hide: bool = False) -> Any:
