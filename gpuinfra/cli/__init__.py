@@ -26,7 +26,7 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
-from gpuinfra.cli.console import err, out, warn
+from gpuinfra.cli.console import err, out, say, warn
 from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
@@ -143,12 +143,12 @@ def versions_check(
     if problems:
         raise CheckFailed(problems)
     dated = sum(1 for f in windows if f.state != "undated")
-    out.print(
+    say(
         f"support windows: {dated} pins dated on {today.isoformat()} ({support.table()['as_of']} table)"
     )
-    out.print(escape(support.eks_ami_hint(v)))
+    say(support.eks_ami_hint(v))
     count = sum(1 for _ in v.entries())
-    out.print(f"versions.yaml: {count} components pinned, all compatibility rules pass")
+    say(f"versions.yaml: {count} components pinned, all compatibility rules pass")
 
 
 def prod_support_problems(

@@ -41,6 +41,8 @@ def test_versions_check_warnings_are_one_line(capsys: pytest.CaptureFixture[str]
     findings = support.check(versions.pinned(), AS_OF)
     expected = [f"warning: versions.yaml: {f}" for f in findings if f.state in ("past", "soon")]
     assert_one_line_each(out, expected)
+    # The lines around them are plain lines, whole too.
+    assert support.eks_ami_hint(versions.pinned()) in out.splitlines()
 
 
 @pytest.mark.usefixtures("narrow")
