@@ -29,6 +29,7 @@ from typing import Any, Literal
 from gpuinfra import addons, autoscaler, catalog, chartdata, gpus, paths
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
+from gpuinfra.addons import AddonsSettings
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
 from gpuinfra.addons.gpu_operator import (
     MIG_ALL_DISABLED,
@@ -1516,7 +1517,9 @@ def site_state(
     renders: Iterable[AddonRender],
     versions: Versions | None = None,
     play: Iterable[str] = (),
+    settings: AddonsSettings | None = None,
 ) -> State:
+    """The site's state; its add-on ``settings`` are the hosts' role variables' unless given."""
     renders = tuple(renders)
     pins = versions or versions_mod.pinned()
     return State(
@@ -1524,7 +1527,7 @@ def site_state(
         nodes=site_nodes(
             site,
             containerd=pins.containerd.version,
-            operator=addons.settings_from_site(site).gpu_operator,
+            operator=(settings or addons.settings_from_site(site)).gpu_operator,
             versions=pins,
         ),
         cdi=cdi_enabled(renders),
@@ -1556,13 +1559,33 @@ def check_stack(
     return enforce(check(stack_state(cfg, renders, versions)), file)
 
 
-def check_site(site: Site, file: str, *, renders: Iterable[AddonRender]) -> list[Finding]:
+def check_site(
+    site: Site,
+    file: str,
+    *,
+    renders: Iterable[AddonRender],
+    settings: AddonsSettings | None = None,
+) -> list[Finding]:
     """The site's findings: raises on an error, returns the warnings."""
     # The play is the repository's: outside one (a site checked on its own) there is none to read.
     root = os.environ.get("GPUINFRA_ROOT") or paths.find_root(Path.cwd())
     playbook = Path(root) / ADDONS_PLAYBOOK if root else None
     play = play_roles(playbook) if playbook is not None and playbook.is_file() else ()
-    return enforce(check(site_state(site, renders, play=play)), file)
+    return enforce(check(site_state(site, renders, play=play, settings=settings)), file)
+
+
+def check_play(settings: AddonsSettings, site: Site, file: str) -> list[Finding]:
+    """``check_site`` on what the Ansible add-on play resolved: the add-on settings of its
+    variables (addons.settings_from_play) and the inventory's hosts with their variables
+    (site.resolved_site). Raises ConfigError naming every error; returns the warnings.
+
+    An inventory without hosts (the add-ons applied to a cluster whose nodes it does not
+    list) declares no node to check the add-ons against, so nothing is checked here.
+    """
+    if not site.hosts:
+        return []
+    renders = addons.render_all(settings)
+    return check_site(site, file, renders=renders, settings=settings)
 
 
 @dataclass(frozen=True)

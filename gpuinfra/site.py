@@ -9,7 +9,7 @@ with a suggestion instead of a silently ignored setting.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -524,6 +524,45 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 host.origin[key] = origin
     site = Site(name=path.name, path=path, hosts=hosts, groups=groups)
     problems = check_versions(site) + _check_addresses(site) + _check_environment(site)
+    if problems:
+        raise ConfigError(problems)
+    return site
+
+
+def resolved_site(
+    name: str,
+    hosts: Mapping[str, Mapping[str, Any]],
+    file: Callable[[str], str] = lambda host: f"variables of host {host}",
+    roles_dir: Path | None = None,
+    skip: Collection[str] = (),
+) -> Site:
+    """A site from its hosts' variables as a play resolved them (Ansible's ``hostvars``), checked
+    as load_site checks a site's files: each variable a role or playbook of gpuinfra declares,
+    converted as Ansible converts it, and the checks across hosts (driver pins, environment).
+    Variables gpuinfra does not declare (facts, registered results, a user's own) are left out:
+    only a vars file tells a misspelling from a variable of someone else's; so are those of the
+    roles in ``skip``. ``file(host)`` names where a host's variables come from in a problem;
+    ConfigError names every problem."""
+    specs = role_specs(roles_dir)
+    typed = site_vars(roles_dir)
+
+    def declared(key: str) -> bool:
+        role = owner(key, specs)
+        return key in typed if role is None else role not in skip and key in specs[role]
+
+    problems: list[Problem] = []
+    resolved: dict[str, Host] = {}
+    for host_name, variables in hosts.items():
+        shown = file(host_name)
+        # Only the declared names are read: reading a value is templating it.
+        read = {key: variables[key] for key in variables if declared(key)}
+        found, converted = _checked(read, shown, roles_dir)
+        problems += found
+        resolved[host_name] = Host(
+            name=host_name, vars=converted, origin=dict.fromkeys(converted, shown)
+        )
+    site = Site(name=name, path=Path(name), hosts=resolved, groups={})
+    problems += check_versions(site) + _check_environment(site)
     if problems:
         raise ConfigError(problems)
     return site

@@ -243,12 +243,42 @@ def settings_from_site(site: Site) -> AddonsSettings:
             problems += [_in_file(p, origin) for p in exc.problems]
     if problems:
         raise ConfigError(problems)
+    return _together(
+        chosen, lambda _addon, path, message: _in_file(Problem(site.name, path, message), origin)
+    )
+
+
+def settings_from_play(
+    variables: Mapping[str, Any], *, file: Callable[[str], str] = lambda addon: addon
+) -> AddonsSettings:
+    """Every add-on's settings from the variables of the play that installs them, as Ansible
+    resolved them: each add-on's ``<addon>_<field>`` (as settings_from_role_vars reads them),
+    then the checks across add-ons that settings_from_site applies to a site (a Kueue team in
+    an enabled add-on's namespace). ``file(addon)`` names where the add-on's variables come
+    from in a problem; ConfigError names every problem of every add-on."""
+    chosen: dict[str, AddonSettings] = {}
+    problems: list[Problem] = []
+    for addon in ADDONS:
+        try:
+            chosen[addon] = settings_from_role_vars(addon, variables, file=file(addon))
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+    return _together(chosen, lambda addon, path, message: Problem(file(addon), path, message))
+
+
+def _together(
+    chosen: Mapping[str, AddonSettings], place: Callable[[str, str, str], Problem]
+) -> AddonsSettings:
+    """The add-ons' settings as one, checked across add-ons; ``place(addon, role variable,
+    message)`` locates a problem."""
     try:
-        return AddonsSettings.model_validate(chosen)
+        return AddonsSettings.model_validate(dict(chosen))
     except ValidationError as exc:
         # A check across add-ons, located at one add-on's field: its role variable.
         raise ConfigError(
-            _in_file(Problem(site.name, _role_variable(loc), message), origin)
+            place(str(loc[0]), _role_variable(loc), message)
             for loc, message in located_messages(exc, AddonsSettings)
         ) from None
 
@@ -317,6 +347,7 @@ __all__ = [
     "parse_settings",
     "render",
     "render_all",
+    "settings_from_play",
     "settings_from_role_vars",
     "settings_from_site",
     "settings_model",

@@ -342,3 +342,56 @@ def test_a_k8s_node_written_as_one_is_a_kubernetes_node(tmp_path: Path) -> None:
     result = run_cli("config", "check", "--site", str(site_dir))
     assert result.code == 0, result.stderr
     assert "site mysite: valid (2 hosts)" in result.stdout
+
+
+class _HostVars(dict[str, object]):
+    """A host's variables as Ansible's hostvars hand them out: reading one templates it."""
+
+    def __init__(self, variables: dict[str, object]) -> None:
+        super().__init__(variables)
+        self.read: list[str] = []
+
+    def __getitem__(self, key: str) -> object:
+        self.read.append(key)
+        return super().__getitem__(key)
+
+
+def test_a_resolved_site_holds_the_declared_variables_as_ansible_converts_them(
+    roles: Path,
+) -> None:
+    (roles / "kueue" / "meta").mkdir(parents=True)
+    (roles / "kueue" / "meta" / "argument_specs.yml").write_text(
+        yaml.safe_dump({"argument_specs": {"main": {"options": {"kueue_teams": {"type": "list"}}}}})
+    )
+    node = _HostVars(
+        {
+            "nvidia_driver_reboot": "yes",
+            "gpuinfra_k8s_node": "on",
+            "kueue_teams": ["ml"],
+            "nvidia_driver_result": {"rc": 0},
+            "ansible_facts": {},
+            "inventory_hostname": "node-a",
+        }
+    )
+    resolved = site.resolved_site("mysite", {"node-a": node}, roles_dir=roles, skip=("kueue",))
+    assert resolved.hosts["node-a"].vars == {
+        "nvidia_driver_reboot": True,
+        "gpuinfra_k8s_node": True,
+    }
+    # Facts, registered results and the skipped role's variables are not even read.
+    assert sorted(node.read) == ["gpuinfra_k8s_node", "nvidia_driver_reboot"]
+
+
+def test_a_resolved_site_refuses_what_load_site_refuses_naming_the_host(roles: Path) -> None:
+    hosts = {
+        "node-a": {"nvidia_driver_source": "distr"},
+        "node-b": {"gpuinfra_environment": "production"},
+    }
+    with pytest.raises(ConfigError) as caught:
+        site.resolved_site("mysite", hosts, roles_dir=roles)
+    assert caught.value.lines() == [
+        "variables of host node-a: nvidia_driver_source: 'distr' is not allowed; did you mean "
+        "'distro'? (allowed: 'cuda_repo', 'distro' or 'preinstalled')",
+        "variables of host node-b: gpuinfra_environment: 'production' is not an environment "
+        "(allowed: dev, staging, prod)",
+    ]

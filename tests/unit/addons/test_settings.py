@@ -299,6 +299,35 @@ def test_a_site_team_in_an_add_ons_namespace_names_the_role_variable_and_its_fil
     ]
 
 
+def test_a_plays_variables_give_every_add_on_checked_alone_and_across_add_ons() -> None:
+    """What the Ansible add-on play resolved: the same checks as a site's files get."""
+    flavors = [{"gpu_type": "l4", "gpus": 1, "cpu": "1", "memory": "1Gi"}]
+    play = {"kueue_flavors": flavors, "kueue_teams": ["ml"], "volcano_enabled": "yes"}
+    settings = addons.settings_from_play({**play, "ansible_check_mode": False})
+    assert (settings.kueue.teams, settings.volcano.enabled) == (["ml"], True)
+
+    def file(addon: str) -> str:
+        return f"variables of role {addon}"
+
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_play({**play, "kueue_teams": ["ml", "monitoring"]}, file=file)
+    assert caught.value.lines() == [
+        "variables of role kueue: kueue_teams[1]: 'monitoring' is the namespace of the "
+        "Prometheus stack add-on; give the team a namespace of its own"
+    ]
+    # A disabled add-on leaves its namespace free.
+    addons.settings_from_play(
+        {**play, "kueue_teams": ["monitoring"], "prometheus_stack_enabled": False}
+    )
+    # Each add-on's own mistakes, all of them, before any check across add-ons.
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_play({"kueue_teems": [], "triton_cpu": "4 cores"}, file=file)
+    assert [line.split(":")[0:2] for line in caught.value.lines()] == [
+        ["variables of role kueue", " kueue_teems"],
+        ["variables of role triton", " triton_cpu"],
+    ]
+
+
 @pytest.mark.parametrize("addon", ADDONS)
 def test_every_addon_refuses_a_namespace_kubernetes_would_refuse(addon: str) -> None:
     with pytest.raises(ConfigError) as caught:
