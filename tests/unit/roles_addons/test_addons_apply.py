@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra import addons
+from gpuinfra import addons, integrity
 from gpuinfra.addons import AddonRender
+from gpuinfra.addons import triton as triton_spec
+from gpuinfra.errors import ConfigError, Problem
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_VARS = ROOT / "inventory" / "example" / "group_vars" / "all"
@@ -48,7 +51,9 @@ def main():
         result["status"] = {{"status": "deployed", "chart": charts[args["release_name"]]}}
     if MODULE == "k8s_info":
         state = "Open" if args.get("kind") == "Queue" else "ready"
-        keys = ("admin-user", "admin-password", "pagerduty-routing-key", "wecom-api-secret")
+        keys = (
+            "admin-user", "admin-password", "pagerduty-routing-key", "wecom-api-secret", "admin-key"
+        )
         # A Secret's values, as the API server returns them (base64); a test may plant one.
         planted = os.environ.get("STAND_IN_SECRET_FILE")
         value = open(planted).read() if planted and args.get("kind") == "Secret" else ""
@@ -111,10 +116,12 @@ def _play(
     index: str = "",
     tags: str = "",
     found: dict[str, list[str]] | None = None,
+    inventory: Path = ROOT / "inventory" / "example",
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run playbooks/addons.yml against the stand-ins; ``missing`` names objects k8s_info does
     not find, ``index`` is what Triton's repository index answers, ``tags`` limits the run,
-    ``found`` is what a search by gpuinfra's labels finds (kind: names)."""
+    ``found`` is what a search by gpuinfra's labels finds (kind: names), ``inventory`` is the
+    site (the example's by default)."""
     modules = tmp / "collections" / "ansible_collections" / "kubernetes" / "core" / "plugins"
     (modules / "modules").mkdir(parents=True)
     for name in MODULES:
@@ -147,7 +154,7 @@ def _play(
         [
             str(ANSIBLE_PLAYBOOK),
             "-i",
-            "inventory/example",
+            str(inventory),
             "playbooks/addons.yml",
             "-e",
             json.dumps(extra),
@@ -258,6 +265,7 @@ def test_every_add_ons_prerequisites_are_checked_before_the_first_change(
         ("Secret", "grafana-admin"),
         ("Secret", "alerting"),
         ("PersistentVolumeClaim", "triton-models"),
+        ("Secret", "triton-admin"),
     } <= read
 
 
@@ -268,9 +276,58 @@ def test_a_missing_prerequisite_stops_the_play_with_the_cores_message_and_change
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output
     (triton,) = [r for r in _renders() if r.name == "triton"]
-    (claim,) = triton.site_prerequisites()
+    (claim,) = [p for p in triton.site_prerequisites() if p.name == "triton-models"]
     assert claim.message in " ".join(output.split())
     assert not [c for c in _calls(log) if c["module"] in ("k8s", "helm", "helm_pull")]
+
+
+# What `config check --site` refuses across add-ons and hosts, written into a copy of the example
+# site: (file of the site, text it holds, text that replaces it, what the play's message names
+# where config check names the file that set the variable; None: the same, the site).
+WHOLE_SITE_MISTAKES = {
+    # The team's namespace would take Kueue's queue label and Pod Security level over the
+    # Prometheus stack's own.
+    "team in an add-on's namespace": (
+        "group_vars/all/kueue.yml",
+        "  - inference\n",
+        "  - inference\n  - monitoring\n",
+        "variables of role kueue",
+    ),
+    # No host offers the L4s that Triton selects and Kueue's l4 flavor gives out (integrity).
+    "GPU type no host offers": (
+        "hosts.yml",
+        "gpu_node_registration_gpu_type: l4",
+        "gpu_node_registration_gpu_type: a10g",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", WHOLE_SITE_MISTAKES)
+def test_what_config_check_refuses_across_the_site_stops_the_play_before_any_call(
+    tmp_path: Path, mistake: str
+) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    file, old, new, shown = WHOLE_SITE_MISTAKES[mistake]
+    text = (site / file).read_text()
+    assert old in text
+    (site / file).write_text(text.replace(old, new))
+    with pytest.raises(ConfigError) as refused:
+        integrity.load_checked_site(site)
+
+    proc, log = _play(tmp_path, inventory=site)
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    # Each of config check's one-line problems.
+    for problem in refused.value.problems:
+        line = str(Problem(shown or problem.file, problem.path, problem.message))
+        assert " ".join(line.split()) in output, line
+    assert "Traceback" not in output
+    # Nothing reached the cluster, not even a read, and no role ran.
+    assert _calls(log) == []
+    assert "prometheus_stack :" not in output
+    assert "changed=0" in output
 
 
 def test_the_gpu_operator_install_waits_for_its_smoke_test(calls: list[dict[str, Any]]) -> None:
@@ -294,6 +351,9 @@ def test_each_tritons_repository_index_is_read_in_its_pod(calls: list[dict[str, 
     assert exec_call["args"]["container"] == "triton"
     assert exec_call["args"]["namespace"] == wait["args"]["namespace"] == "triton"
     assert "/v2/repository/index" in exec_call["args"]["command"]
+    # The index is an admin API: the header, its value from the container's own variable.
+    header = f"'{triton_spec.ADMIN_HEADER}': os.environ['{triton_spec.ADMIN_ENV}']"
+    assert header in exec_call["args"]["command"]
     pods = [c for c in calls if c["module"] == "k8s_info" and c["args"].get("kind") == "Pod"]
     assert pods[0]["args"]["label_selectors"] == ["app.kubernetes.io/name=triton"]
 

@@ -175,6 +175,47 @@ def test_bad_setting_stops_before_any_add_on_runs(kubeconfig: Path, inventory: P
     assert "prometheus_stack :" not in output
 
 
+def test_a_team_in_an_add_ons_namespace_stops_the_run_before_any_add_on_runs(
+    kubeconfig: Path, inventory: Path
+) -> None:
+    """Each add-on's settings are valid alone; together the team would share the GPU
+    Operator's namespace, which `config check --site` refuses. So does the play, with no host
+    in the inventory to check the add-ons against."""
+    flavor = {"gpu_type": "l4", "gpus": 1, "cpu": "1", "memory": "1Gi"}
+    teams = {"kueue_flavors": [flavor], "kueue_teams": ["ml", "gpu-operator"]}
+    proc = _run(
+        "playbooks/addons.yml", "-e", json.dumps(teams), kubeconfig=kubeconfig, inventory=inventory
+    )
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    assert (
+        "variables of role kueue: kueue_teams[1]: 'gpu-operator' is the namespace of the GPU "
+        "Operator add-on; give the team a namespace of its own"
+    ) in output
+    assert "Traceback" not in output
+    assert "Kubernetes API server" not in output
+    assert "prometheus_stack :" not in output
+
+
+def test_a_valid_site_passes_the_whole_site_check_with_config_checks_warnings(
+    kubeconfig: Path,
+) -> None:
+    """The example site, whose GPU hosts the check reads from the inventory, passes on to the
+    cluster; what `config check --site` warns of, the play warns of."""
+    from gpuinfra import integrity
+
+    checked = integrity.load_checked_site(ROOT / "inventory" / "example")
+    assert checked.warnings
+    proc = _run(
+        "playbooks/addons.yml", kubeconfig=kubeconfig, inventory=ROOT / "inventory" / "example"
+    )
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    assert f"Cannot reach the Kubernetes API server with {kubeconfig}" in output
+    for warning in checked.warnings:
+        assert f"[WARNING]: {warning.object} {warning.path}: {warning.message}" in output
+
+
 def test_missing_kubeconfig_stops_in_preflight(tmp_path: Path, inventory: Path) -> None:
     missing = tmp_path / "nowhere" / "kubeconfig"
     proc = _run("playbooks/addons.yml", kubeconfig=missing, inventory=inventory)

@@ -155,9 +155,12 @@ def test_playbook_applies_the_add_ons_in_the_specs_install_order() -> None:
     (play,) = _yaml(ROOT / "playbooks" / "addons.yml")
     assert tuple(role["role"] for role in play["roles"]) == addons.ADDONS
     assert tuple(play["vars"]["_addons_install_order"]) == addons.ADDONS
-    # The settings of every add-on, then what every add-on reads, before the first role runs.
+    # The settings of every add-on and the site as a whole, then what every add-on reads,
+    # before the first role runs.
     settings, prerequisites = play["pre_tasks"]
-    assert "_addons_install_order" in settings["ansible.builtin.assert"]["that"]
+    each, whole = settings["ansible.builtin.assert"]["that"]
+    assert "query('gpuinfra_addon', *_addons_install_order)" in each
+    assert "query('gpuinfra_site')" in whole
     assert prerequisites["ansible.builtin.include_role"]["tasks_from"] == "prerequisites"
 
 
