@@ -197,6 +197,29 @@ def test_a_team_in_an_add_ons_namespace_stops_the_run_before_any_add_on_runs(
     assert "prometheus_stack :" not in output
 
 
+def test_site_yml_refuses_a_team_in_an_add_ons_namespace_before_the_nodes_change(
+    kubeconfig: Path,
+) -> None:
+    """site.yml converges the nodes before the add-ons: the site is checked before either."""
+    teams = {"kueue_teams": ["research", "monitoring"]}
+    proc = _run(
+        "playbooks/site.yml",
+        "-e",
+        json.dumps(teams),
+        kubeconfig=kubeconfig,
+        inventory=ROOT / "inventory" / "example",
+    )
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    assert (
+        "variables of role kueue: kueue_teams[1]: 'monitoring' is the namespace of the "
+        "Prometheus stack add-on; give the team a namespace of its own"
+    ) in output
+    # The nodes' play never started: not even a fact was gathered from a host.
+    assert "PLAY [GPU nodes]" not in output
+    assert "gpu-node-01" not in output
+
+
 def test_a_valid_site_passes_the_whole_site_check_with_config_checks_warnings(
     kubeconfig: Path,
 ) -> None:
