@@ -26,6 +26,7 @@ from gpuinfra.addons.base import (
     MONITOR_LABELS,
     AddonRender,
     AddonSettings,
+    GeneratedSecret,
     Name,
     Prerequisite,
     Quantity,
@@ -57,6 +58,30 @@ CONFIG_HASH_ANNOTATION = "gpuinfra.dev/model-config-hash"
 # arguments from model.json; the others name their model file in the config or by default).
 VERSION_FILES: dict[str, tuple[str, ...]] = {"vllm": ("model.json",)}
 _VERSION_DIR = re.compile(r"^[0-9]+$")
+# The APIs that change a running server: loading and unloading models (and the repository
+# index beside them), registering shared-memory regions (a region names memory in the pod, the
+# Python backend's among it), and the trace and log settings (how much it traces and logs).
+# Nothing in a cluster calls them: the models are named at start. A request to them needs the
+# header below; inference, health (the kubelet's probes), metadata, model config and statistics
+# stay open (docs/decisions/0078).
+RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+ADMIN_HEADER = "triton-admin-key"
+# Triton's gRPC server reads the header as metadata under its own prefix.
+ADMIN_GRPC_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"
+# The container's variable holding the header's value, from the admin Secret: the kubelet puts
+# it into the args ($(VAR)), so the value is in no rendered object.
+ADMIN_ENV = "TRITON_ADMIN_KEY"
+# A generated admin key: letters and digits (a value Triton's flag parsing cannot split).
+ADMIN_KEY_LENGTH = 32
+# How Triton 2.51 refuses a request without the header: "This API is restricted, expecting
+# header '...'" (HTTP 403), "This protocol is restricted, ..." (gRPC, status UNAVAILABLE).
+_RESTRICTED = re.compile(r"\bThis (API|protocol) is restricted\b")
+
+
+def refused_for_admin_key(message: str) -> bool:
+    """Whether Triton's error ``message`` says the request lacked the admin header (or had
+    another value: Triton answers both alike)."""
+    return _RESTRICTED.search(message) is not None
 
 
 class DynamicBatching(Settings):
@@ -238,6 +263,21 @@ class TritonSettings(AddonSettings):
         ge=10,
         le=100,
         description="Average CPU utilisation (percent) the autoscaler aims for.",
+    )
+
+    admin_secret: Name = Field(
+        default="triton-admin",
+        description="Secret in the namespace holding the key Triton's administrative APIs "
+        "require in the triton-admin-key header (model repository: load, unload, index; shared "
+        "memory; trace; logging); inference, health, metadata, model config and statistics stay "
+        "open. A stack generates it; a site creates it before the first run (a non-empty value "
+        "of letters and digits).",
+    )
+    admin_secret_key: str = Field(
+        default="admin-key",
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        max_length=253,
+        description="Key of the admin key in that Secret.",
     )
 
     gateway: Gateway | None = Field(
@@ -622,12 +662,22 @@ def model_args(group: Group) -> list[str]:
     return args
 
 
+def restricted_api_args() -> list[str]:
+    """The flags that close the administrative APIs, on HTTP and gRPC, to a request without the
+    admin header, its value the kubelet's expansion of the admin variable. Triton's form is
+    ``<apis>:<header>=<value>`` (its help text shows a comma before the header, which it refuses
+    at start)."""
+    restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=$({ADMIN_ENV})"
+    return [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
+
+
 def _args(repo: ModelRepository, group: Group) -> list[str]:
     location = repo.s3 if repo.s3 else MODELS_MOUNT
     return [
         "tritonserver",
         f"--model-repository={location}",
         *model_args(group),
+        *restricted_api_args(),
         "--strict-readiness=true",
         "--allow-metrics=true",
         f"--metrics-port={METRICS_PORT}",
@@ -722,8 +772,18 @@ def deployment(settings: TritonSettings, versions: Versions, group: Group) -> di
         volumes.append(
             {"name": "models", "persistentVolumeClaim": {"claimName": repo.pvc, "readOnly": True}}
         )
+    # A missing Secret or key keeps the pod from starting (CreateContainerConfigError), rather
+    # than starting it with the APIs open.
+    container["env"] = [
+        {
+            "name": ADMIN_ENV,
+            "valueFrom": {
+                "secretKeyRef": {"name": settings.admin_secret, "key": settings.admin_secret_key}
+            },
+        }
+    ]
     if repo.region:
-        container["env"] = [{"name": "AWS_DEFAULT_REGION", "value": repo.region}]
+        container["env"].append({"name": "AWS_DEFAULT_REGION", "value": repo.region})
     if repo.service_account:
         pod["serviceAccountName"] = repo.service_account
     selector = {**group.node_selector}
@@ -898,6 +958,16 @@ def routes(settings: TritonSettings, found: Sequence[Group]) -> list[dict[str, A
     return [http_route(settings, g, canaries.get(g.group)) for g in stables]
 
 
+def admin_secret(settings: TritonSettings) -> GeneratedSecret:
+    """The Secret the admin header's value comes from, as the Pulumi path creates it (a
+    generated key); on the Ansible path it is the site's to create."""
+    return GeneratedSecret(
+        name=settings.admin_secret,
+        namespace=settings.namespace,
+        generated={settings.admin_secret_key: ADMIN_KEY_LENGTH},
+    )
+
+
 def render(settings: TritonSettings, versions: Versions) -> AddonRender:
     repo = settings.model_repository
     found = groups(settings)
@@ -925,6 +995,7 @@ def render(settings: TritonSettings, versions: Versions) -> AddonRender:
             ),
         ],
         files=ModelFiles(settings.models, canary_models(settings)),
+        secrets=[admin_secret(settings)],
         # The claim the site fills with the models (an S3 repository is read through the API).
         prerequisites=[
             Prerequisite(

@@ -537,6 +537,7 @@ def test_the_grafana_secret_is_created_by_a_stack_and_a_prerequisite_of_a_site()
         ("Secret", "grafana-admin"),
         ("Secret", "alerting"),
         ("PersistentVolumeClaim", "triton-models"),
+        ("Secret", "triton-admin"),
     }
     (grafana,) = [
         p for p in renders["prometheus_stack"].site_prerequisites() if p.name == "grafana-admin"
