@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
     from gpuinfra.modeledit import TritonFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
+
+# The admin key a gpuinfra Triton asks for on its repository API (the index ``verify`` reads,
+# the loads ``tune --url`` makes), from the environment: an option would leave it in the shell's
+# history and the process list. Never shown.
+ADMIN_KEY_ENV = "GPUINFRA_TRITON_ADMIN_KEY"
 
 
 def _levels(text: str, option: str) -> list[int]:
@@ -112,8 +118,9 @@ def tune(
     url: Annotated[
         str | None,
         typer.Option(
-            help="gRPC address of a Triton in explicit model control mode serving the model; "
-            "default: a local Triton with a stand-in of known cost"
+            help="gRPC address of a Triton in explicit model control mode serving the model "
+            f"(its admin key from ${ADMIN_KEY_ENV}); default: a local Triton with a stand-in of "
+            "known cost"
         ),
     ] = None,
     stand_in_cost_us: Annotated[
@@ -143,15 +150,21 @@ def tune(
         instance_counts=tuple(_levels(instances, "--instances")),
     )
     levels = _levels(concurrency, "--concurrency")
-    result = tune_mod.tune(
-        found[0],
-        tune_mod.Sla(p99_ms, min_throughput),
-        levels,
-        grid=grid,
-        url=url,
-        stand_in_cost_us=stand_in_cost_us,
-        progress=lambda label: say(f"measuring {label}"),
-    )
+    # The local stand-in is open; a server given by --url may restrict loading to its admin key.
+    headers = _admin_headers() if url is not None else {}
+    try:
+        result = tune_mod.tune(
+            found[0],
+            tune_mod.Sla(p99_ms, min_throughput),
+            levels,
+            grid=grid,
+            url=url,
+            stand_in_cost_us=stand_in_cost_us,
+            progress=lambda label: say(f"measuring {label}"),
+            headers=headers,
+        )
+    except tune_mod.AdminKeyRefused as refused:
+        raise ToolError(_admin_refusal(refused.message, settings, bool(headers))) from None
     out.print(_table(result))
     baseline = result.baseline.at_highest().throughput
     say(
@@ -235,6 +248,39 @@ def canary(
     say(f"wrote {shown}: review it with `gpuinfra diff`")
 
 
+def _admin_headers() -> dict[str, str]:
+    """The gRPC metadata carrying the admin key, or none where the variable is unset."""
+    from gpuinfra.addons import triton as spec
+
+    key = os.environ.get(ADMIN_KEY_ENV, "")
+    if not key:
+        return {}
+    if not (key.isascii() and key.isprintable()) or key != key.strip():
+        raise UsageError(
+            f"{ADMIN_KEY_ENV}: not a header value (allowed: printable ASCII, no space at either "
+            "end)"
+        )
+    return {spec.ADMIN_GRPC_HEADER: key}
+
+
+def _admin_refusal(what: str, settings: TritonSettings, sent: bool) -> str:
+    """One line for a server that refused a request for the admin key; never the key itself."""
+    from gpuinfra.addons import triton as spec
+
+    secret = (
+        f"key {settings.admin_secret_key} of Secret {settings.namespace}/{settings.admin_secret}"
+    )
+    if sent:
+        return (
+            f"{what}: {ADMIN_KEY_ENV} is not its admin key (the {spec.ADMIN_HEADER} header; "
+            f"{secret})"
+        )
+    return (
+        f"{what}: it requires the admin key in the {spec.ADMIN_HEADER} header; set "
+        f"{ADMIN_KEY_ENV} to the value of {secret}"
+    )
+
+
 # Seconds ``triton verify`` waits for a server's repository index.
 VERIFY_TIMEOUT = 10.0
 _NO_ANSWER = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
@@ -254,7 +300,13 @@ def _grpc_address(url: str) -> None:
 
 @triton_app.command("verify")
 def verify(
-    url: Annotated[str, typer.Option(help="gRPC address of the Triton to check, HOST:PORT")],
+    url: Annotated[
+        str,
+        typer.Option(
+            help=f"gRPC address of the Triton to check, HOST:PORT (its admin key from "
+            f"${ADMIN_KEY_ENV})"
+        ),
+    ],
     stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     group: Annotated[
@@ -278,10 +330,17 @@ def verify(
             f"--group: {group!r} is not a Deployment of {source} ({', '.join(groups)})"
         )
     served = groups[group] if group is not None else next(iter(groups.values()))
+    headers = _admin_headers()
     try:
         client = InferenceServerClient(url)
-        index = client.get_model_repository_index(client_timeout=VERIFY_TIMEOUT).models
+        index = client.get_model_repository_index(
+            headers=headers, client_timeout=VERIFY_TIMEOUT
+        ).models
     except InferenceServerException as failed:
+        # Triton refuses a request without the admin key with UNAVAILABLE, as if it were down.
+        if spec.refused_for_admin_key(failed.message() or ""):
+            what = f"Triton at {url} refused the repository index"
+            raise ToolError(_admin_refusal(what, settings, bool(headers))) from None
         # No index, so nothing was checked: the server does not answer, or not as Triton does.
         status = failed.status() or "error"
         what = "does not answer" if status in _NO_ANSWER else "gave no repository index"

@@ -16,19 +16,32 @@ import platform
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuinfra.addons.triton import DynamicBatching, InstanceGroup, TritonModel, model_config
+from gpuinfra.addons.triton import (
+    DynamicBatching,
+    InstanceGroup,
+    TritonModel,
+    model_config,
+    refused_for_admin_key,
+)
 from gpuinfra.errors import GpuinfraError, UsageError
 from gpuinfra.lab import triton as local
 
 
 class MeasurementFailed(GpuinfraError):
     exit_code = 1
+
+
+class AdminKeyRefused(GpuinfraError):
+    """The server refused to load without its admin key, or with another (docs/decisions/0078):
+    nothing was measured."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -298,7 +311,9 @@ def session(
     url: str | None = None,
     stand_in_cost_us: str = "10000,500",
     interval_ms: int = 1000,
+    headers: Mapping[str, str] | None = None,
 ) -> Iterator[Session]:
+    """``headers``: gRPC metadata sent with each load (a restricted server's admin key)."""
     from google.protobuf import json_format
     from tritonclient.grpc import InferenceServerClient
     from tritonclient.utils import InferenceServerException
@@ -316,8 +331,16 @@ def session(
                     for group in config.instance_group:
                         group.kind = group.KIND_CPU
                 try:
-                    client.load_model(model.name, config=json_format.MessageToJson(config))
+                    client.load_model(
+                        model.name,
+                        headers=dict(headers or {}),
+                        config=json_format.MessageToJson(config),
+                    )
                 except InferenceServerException as refused:
+                    if refused_for_admin_key(refused.message() or ""):
+                        raise AdminKeyRefused(
+                            f"Triton at {address} refused to load {model.name}"
+                        ) from None
                     raise MeasurementFailed(
                         f"Triton at {address} did not load {model.name}: {refused.message()}"
                     ) from None
@@ -339,13 +362,18 @@ def tune(
     stand_in_cost_us: str = "10000,500",
     interval_ms: int = 1000,
     progress: Callable[[str], None] = lambda _: None,
+    headers: Mapping[str, str] | None = None,
 ) -> Result:
     """Sweep the grid on a real Triton and choose the configuration that fits the SLA."""
     if not concurrency or min(concurrency) < 1:
         raise UsageError("--concurrency: give one or more levels of at least 1, e.g. 1,8,16")
     started = time.monotonic()
     with session(
-        model, url=url, stand_in_cost_us=stand_in_cost_us, interval_ms=interval_ms
+        model,
+        url=url,
+        stand_in_cost_us=stand_in_cost_us,
+        interval_ms=interval_ms,
+        headers=headers,
     ) as running:
         rows, chosen = sweep(model, sla, concurrency, grid or Grid(), running.measure, progress)
     return Result(

@@ -59,3 +59,16 @@ def test_an_address_that_is_not_host_port_is_the_argument(url: str) -> None:
     assert result.code == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"error: --url {url!r}: not a gRPC address (allowed: HOST:PORT")
+
+
+@pytest.mark.parametrize("key", ["line\nbreak", " padded", "clé"])
+def test_an_admin_key_that_is_no_header_value_is_the_input(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUINFRA_TRITON_ADMIN_KEY", key)
+    result = run_cli("triton", "verify", "--url", f"127.0.0.1:{_closed_port()}", "--site", SITE)
+    assert result.code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: GPUINFRA_TRITON_ADMIN_KEY: not a header value (allowed: printable ASCII, no "
+        "space at either end)"
+    ]
