@@ -16,12 +16,13 @@ ONNX Runtime does from a model file.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +202,44 @@ def model_repository(
     return dest
 
 
+# The kubelet's expansion of a container's args: $(VAR) of a variable the container defines,
+# $$ for a literal $.
+_VARIABLE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+# What start() sets for this machine: the repository's path and the loopback ports.
+_OWN_FLAGS = (
+    "--model-repository=",
+    "--http-address=",
+    "--http-port=",
+    "--grpc-address=",
+    "--grpc-port=",
+    "--metrics-address=",
+    "--metrics-port=",
+)
+
+
+def rendered_flags(
+    container: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """A rendered Triton container's flags as the kubelet passes them, to run here.
+
+    Each ``$(VAR)`` of a variable the container defines becomes its value, a literal or a key of
+    a Secret (``secrets``: name to data); a reference to an undefined variable stays as written.
+    Left out: the program and the flags ``start`` sets for this machine (repository, ports).
+    """
+    env: dict[str, str] = {}
+    for variable in container.get("env") or []:
+        ref = (variable.get("valueFrom") or {}).get("secretKeyRef")
+        env[variable["name"]] = (
+            secrets[ref["name"]][ref["key"]] if ref else str(variable.get("value", ""))
+        )
+
+    def expand(found: re.Match[str]) -> str:
+        return "$" if found.group(0) == "$$" else env.get(found.group(1), found.group(0))
+
+    args = [_VARIABLE.sub(expand, arg) for arg in container["args"][1:]]
+    return [arg for arg in args if not arg.startswith(_OWN_FLAGS)]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -266,8 +305,8 @@ def start(
     """Start tritonserver and wait until it is ready (every model loaded).
 
     ``model_args``, where given, choose what loads instead of ``control_mode`` (a serving
-    group's own, ``triton.model_args``). TritonRefused when the server exits or stays unready:
-    its error lines are the message.
+    group's own, ``triton.model_args``, or a rendered container's flags, ``rendered_flags``).
+    TritonRefused when the server exits or stays unready: its error lines are the message.
     """
     http, grpc, metrics = ports or (free_port(), free_port(), free_port())
     log = repository.parent / f"tritonserver-{http}.log"
