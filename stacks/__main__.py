@@ -14,16 +14,32 @@ from components.network import GpuNetwork, GpuNetworkArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.storage import FsxArgs, GpuStorage, GpuStorageArgs
 from gpuinfra import addons, integrity, versions
-from gpuinfra.config import StackConfig, load_stack, stack_path
+from gpuinfra.config import StackConfig, cluster_name, load_stack, stack_path
 from gpuinfra.loading import display_path
 
 
 def main(
-    cfg: StackConfig, pins: versions.Versions, renders: list[addons.AddonRender] | None = None
+    cfg: StackConfig,
+    pins: versions.Versions,
+    renders: list[addons.AddonRender] | None = None,
+    *,
+    stack: str | None = None,
 ) -> None:
     """The stack: ``renders`` are the add-ons as ``addons.render_all`` renders them for ``cfg``
-    (the plan passes the ones it already has); rendered here when not given."""
-    name = f"gpuinfra-{cfg.environment}"
+    (the plan passes the ones it already has); rendered here when not given. ``stack`` is the
+    Pulumi stack being run (``pulumi.get_stack()`` when not given): the names that must be unique
+    in an account and region follow it, not the environment (decision 0077)."""
+    # The EKS cluster's name, and the prefix of every logical name: Pulumi names a node group
+    # after its logical name, EKS its Auto Scaling group eks-<node group>-<id>, and the
+    # autoscaler's IAM policy resizes only groups named eks-<cluster name>-*.
+    name = cluster_name(stack or pulumi.get_stack())
+
+    def aliases(logical: str) -> list[pulumi.Alias] | None:
+        """The name a component had before decision 0077, where it differs: a stack named
+        <environment>-<suffix> keeps what it made (network, bucket, keys) instead of replacing it."""
+        before = f"gpuinfra-{cfg.environment}{logical.removeprefix(name)}"
+        return [pulumi.Alias(name=before)] if before != logical else None
+
     tags = {**cfg.tags.as_aws(), "environment": cfg.environment}
     # Everything single-zone (EFA placement, reservations, FSx) shares the first pinned zone.
     pinned_zone = next(
@@ -44,6 +60,7 @@ def main(
             flow_logs=cfg.network.flow_logs,
             cluster_name=name,
         ),
+        opts=pulumi.ResourceOptions(aliases=aliases(name)),
     )
     fsx = cfg.storage.fsx
     storage = GpuStorage(
@@ -62,6 +79,7 @@ def main(
             if fsx.enabled
             else None,
         ),
+        opts=pulumi.ResourceOptions(aliases=aliases(name)),
     )
     triton = cfg.addons.triton
     repository = triton.model_repository
@@ -95,6 +113,7 @@ def main(
             autoscaler_region=cfg.region if cfg.cluster.autoscaler else None,
             autoscaler_versions=pins,
         ),
+        opts=pulumi.ResourceOptions(aliases=aliases(name)),
     )
     pools: dict[str, GpuNodePool] = {}
     for pool in cfg.node_pools:
@@ -115,7 +134,9 @@ def main(
                 ami_release_version=ami_release,
                 autoscaler_cluster=name if cfg.cluster.autoscaler else None,
             ),
-            opts=pulumi.ResourceOptions(depends_on=[cluster]),
+            opts=pulumi.ResourceOptions(
+                depends_on=[cluster], aliases=aliases(f"{name}-{pool.name}")
+            ),
         )
     ClusterAddons(
         name,
@@ -126,7 +147,7 @@ def main(
             provider=cluster.provider,
         ),
         # Add-ons schedule onto GPU nodes; their pools must exist before the charts wait.
-        opts=pulumi.ResourceOptions(depends_on=list(pools.values())),
+        opts=pulumi.ResourceOptions(depends_on=list(pools.values()), aliases=aliases(name)),
     )
 
     pulumi.export("vpcId", network.vpc_id)
@@ -147,7 +168,7 @@ def run(env: str) -> None:
     missing = missing_secret_config(renders)
     if missing:
         raise pulumi.RunError(f"{display_path(stack_path(env))}: {missing}")
-    main(cfg, pins, renders)
+    main(cfg, pins, renders, stack=env)
 
 
 if __name__ == "__main__":

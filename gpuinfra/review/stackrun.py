@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 from pulumi.output import Unknown
@@ -61,6 +61,8 @@ class Resource:
     # (a bucket's public access block, a node group's launch template) names what it belongs
     # to while that resource's id is still unknown.
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Earlier logical names it answers to (its aliases'), so that Pulumi moves, not replaces.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,11 @@ class _RecordingMonitor(mocks.MockMonitor):
                             for key, deps in sorted(request.propertyDependencies.items())
                             if deps.urns
                         },
+                        aliases=tuple(
+                            alias.spec.name
+                            for alias in request.aliases
+                            if alias.HasField("spec") and alias.spec.name
+                        ),
                     )
                 )
         return response
@@ -189,7 +196,9 @@ def run_checked(
     if renders is None:
         renders = addons.render_all(config.addons, versions=pins)
     with _secret_config_stand_ins(renders):
-        return run_program(lambda: program(config, pins, renders), stack=env, region=config.region)
+        return run_program(
+            lambda: program(config, pins, renders, stack=env), stack=env, region=config.region
+        )
 
 
 @contextmanager
@@ -263,7 +272,19 @@ def _first_run_frozen() -> Iterator[None]:
         _frozen = True
 
 
-Program = Callable[[StackConfig, versions_mod.Versions, list[AddonRender] | None], None]
+class Program(Protocol):
+    """``main`` of ``stacks/__main__.py``."""
+
+    def __call__(
+        self,
+        cfg: StackConfig,
+        pins: versions_mod.Versions,
+        renders: list[AddonRender] | None,
+        *,
+        stack: str,
+    ) -> None: ...
+
+
 _PROGRAMS: dict[tuple[Path, float], Program] = {}
 
 

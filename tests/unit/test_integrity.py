@@ -600,7 +600,9 @@ def test_pulumi_up_refuses_what_the_plan_refuses_before_registering_anything(
     broken = stack("prod", prometheusStack={"storageClass": "fast"})
     registered: list[str] = []
     monkeypatch.setitem(program["run"].__globals__, "load_stack", lambda env: broken)
-    monkeypatch.setitem(program["run"].__globals__, "main", lambda *a: registered.append("main"))
+    monkeypatch.setitem(
+        program["run"].__globals__, "main", lambda *a, **k: registered.append("main")
+    )
     with pytest.raises(ConfigError) as refused:
         program["run"]("prod")
     assert "reads StorageClass fast" in "\n".join(refused.value.lines())
@@ -621,7 +623,9 @@ def test_pulumi_up_names_the_secret_config_to_set_before_registering_anything(
 
     program = runpy.run_path(str(ROOT / "stacks" / "__main__.py"), run_name="gpuinfra_stack")
     registered: list[str] = []
-    monkeypatch.setitem(program["run"].__globals__, "main", lambda *a: registered.append("main"))
+    monkeypatch.setitem(
+        program["run"].__globals__, "main", lambda *a, **k: registered.append("main")
+    )
     monkeypatch.delenv("PULUMI_CONFIG", raising=False)
     slack = pulumi_config.get_config_env_key("gpuinfra:alerting-slack-webhook-url")
     monkeypatch.setenv(slack, "https://hooks.slack.invalid/T0/B0/x")

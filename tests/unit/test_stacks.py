@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from gpuinfra.errors import ConfigError
 from gpuinfra.review import stackrun
 from gpuinfra.review.policy import Limits, evaluate, taggable
 from gpuinfra.review.stackrun import StackRun, run_stack
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -162,6 +163,133 @@ def test_pulumi_yaml_documents_every_stack_key() -> None:
     assert documented == set(_STACK_KEYS)
     assert used <= documented
     assert all(project["config"][key].get("description") for key in documented)
+
+
+# --- a personal stack: names unique in the account and region follow the stack -------------
+
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+
+
+def with_personal_stack(tmp_path: Path) -> Path:
+    """A copy of the repository's stack files with ``dev-alice``, a copy of ``dev``."""
+    root = repo_copy(tmp_path)
+    shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
+    (root / "policies").mkdir()
+    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
+    shutil.copy(root / "stacks" / "Pulumi.dev.yaml", root / "stacks" / "Pulumi.dev-alice.yaml")
+    return root
+
+
+def plan_of(
+    stack: str, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """``gpuinfra plan --stack <stack> --format json`` in the checkout at ``root``."""
+    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
+    monkeypatch.chdir(root)
+    versions.pinned.cache_clear()
+    try:
+        code, out, err = run_main(capsys, "plan", "--stack", stack, "--format", "json")
+    finally:
+        versions.pinned.cache_clear()
+    assert code == 0, err
+    plan: dict[str, Any] = json.loads(out)
+    return plan
+
+
+def cluster_names(plan: dict[str, Any]) -> dict[str, set[str]]:
+    """Every place a plan names an EKS cluster, and the names it gives there."""
+    found: dict[str, set[str]] = {}
+
+    def add(where: str, name: str) -> None:
+        found.setdefault(where, set()).add(name)
+
+    for r in plan["resources"]:
+        props = r["properties"]
+        if r["type"] == EKS_CLUSTER:
+            add("EKS cluster", props["name"])
+        elif r["type"] == NODE_GROUP:
+            add("node groups' cluster", props["clusterName"])
+        elif r["type"] == "aws:ec2/subnet:Subnet":
+            for key in props["tags"]:
+                if key.startswith("kubernetes.io/cluster/"):
+                    add("subnet discovery tags", key.removeprefix("kubernetes.io/cluster/"))
+        elif r["type"] == "aws:autoscaling/tag:Tag" and props["tag"]["value"] == "owned":
+            add("ASG tags", props["tag"]["key"].removeprefix("k8s.io/cluster-autoscaler/"))
+        elif r["name"].endswith("-autoscaler-policy"):
+            for statement in json.loads(props["policy"])["Statement"]:
+                resource = statement["Resource"]
+                if "nodegroup/" in resource:
+                    add("autoscaler IAM node groups", resource.split("/")[1])
+                elif "autoScalingGroupName/" in resource:
+                    group = resource.rpartition("autoScalingGroupName/eks-")[2]
+                    add("autoscaler IAM groups", group.removesuffix("-*"))
+                    owner = next(iter(statement["Condition"]["StringEquals"]))
+                    add("autoscaler IAM tag", owner.rpartition("/")[2])
+        elif r["name"].endswith("-autoscaler-deployment"):
+            (container,) = props["spec"]["template"]["spec"]["containers"]
+            for arg in container["command"]:
+                if arg.startswith("--node-group-auto-discovery="):
+                    add("autoscaler discovery", arg.rpartition("/")[2])
+    return found
+
+
+def test_a_personal_stack_names_its_cluster_for_itself_and_dev_keeps_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dev-alice`` beside ``dev`` in one account and region: two EKS clusters, each with a name
+    of its own that its subnets, node groups and autoscaler point at."""
+    root = with_personal_stack(tmp_path)
+    places = {
+        "EKS cluster",
+        "node groups' cluster",
+        "subnet discovery tags",
+        "ASG tags",
+        "autoscaler IAM node groups",
+        "autoscaler IAM groups",
+        "autoscaler IAM tag",
+        "autoscaler discovery",
+    }
+    for stack, cluster in (("dev-alice", "gpuinfra-dev-alice"), ("dev", "gpuinfra-dev")):
+        plan = plan_of(stack, root, monkeypatch, capsys)
+        assert cluster_names(plan) == {place: {cluster} for place in places}, stack
+        # EKS names a node group's Auto Scaling group eks-<node group>-<id>, and Pulumi names
+        # the node group after its logical name: the autoscaler may resize it only if that
+        # name starts with the cluster's.
+        groups = [r["name"] for r in plan["resources"] if r["type"] == NODE_GROUP]
+        assert groups and all(g.startswith(f"{cluster}-") for g in groups), groups
+
+
+def test_a_personal_stack_keeps_what_it_made_under_its_environment_s_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before its names followed the stack, ``dev-alice`` named its components ``gpuinfra-dev``;
+    each top-level component answers to that name, so Pulumi moves its resources (their names
+    start with their component's) rather than replacing them. ``dev`` needs no alias."""
+    root = with_personal_stack(tmp_path)
+    monkeypatch.chdir(root)
+    alice, dev = run_stack("dev-alice", root=root), run_stack("dev", root=root)
+    top = sorted((r.type_, r.name, r.aliases) for r in alice.resources if r.parent is None)
+    assert top == [
+        ("gpuinfra:addons:ClusterAddons", "gpuinfra-dev-alice", ("gpuinfra-dev",)),
+        ("gpuinfra:cluster:GpuCluster", "gpuinfra-dev-alice", ("gpuinfra-dev",)),
+        ("gpuinfra:network:GpuNetwork", "gpuinfra-dev-alice", ("gpuinfra-dev",)),
+        ("gpuinfra:node_pool:GpuNodePool", "gpuinfra-dev-alice-l4", ("gpuinfra-dev-l4",)),
+        ("gpuinfra:storage:GpuStorage", "gpuinfra-dev-alice", ("gpuinfra-dev",)),
+    ]
+    assert all(r.name.startswith(r.parent) for r in alice.resources if r.parent)
+    assert [r.name for r in dev.resources if r.aliases] == []
+
+
+def test_the_longest_stack_name_eks_takes_in_the_cluster_s_name_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpuinfra-<stack> at EKS's 100 characters; one more is refused (tests/unit/cli)."""
+    root = with_personal_stack(tmp_path)
+    longest = "dev-" + "x" * 87
+    shutil.copy(root / "stacks" / "Pulumi.dev.yaml", root / "stacks" / f"Pulumi.{longest}.yaml")
+    plan = plan_of(longest, root, monkeypatch, capsys)
+    (cluster,) = [r for r in plan["resources"] if r["type"] == EKS_CLUSTER]
+    assert len(cluster["properties"]["name"]) == 100
 
 
 # --- bad stack files: one line per problem, exit 2, nothing registered ---------------------

@@ -49,10 +49,10 @@ PROGRAM = f'''
 _original_main = main
 
 
-def main(cfg, pins, renders=None):  # noqa: F811
+def main(cfg, pins, renders=None, **named):  # noqa: F811
     import pulumi_kubernetes as k8s
 
-    _original_main(cfg, pins, renders)
+    _original_main(cfg, pins, renders, **named)
     k8s.core.v1.ConfigMap(
         "planted",
         metadata={{"name": "planted", "namespace": "default"}},
