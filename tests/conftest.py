@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,25 @@ class Result:
     code: int
     stdout: str
     stderr: str
+
+
+def user_repo(root: Path, monkeypatch: pytest.MonkeyPatch, *, site: bool = False) -> Path:
+    """A repository at ``root`` for a command to run in: the files a user edits (the pins, the
+    stacks, the limits and, with ``site``, the example site) copied, what the commands only read
+    linked. The CLI runs on it (``GPUINFRA_ROOT`` and the working directory)."""
+    root.mkdir()
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    if site:
+        shutil.copytree(ROOT / "inventory" / "example", root / "inventory" / "example")
+    (root / "policies").mkdir()
+    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
+    for name in ("roles", "playbooks", "components"):
+        (root / name).symlink_to(ROOT / name)
+    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
+    monkeypatch.chdir(root)
+    return root
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

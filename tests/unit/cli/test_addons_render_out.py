@@ -4,12 +4,11 @@ renders (an add-on turned off) goes on the next render; what else is in DIR stay
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_main
+from tests.conftest import run_main, user_repo
 
 KEDA_ON = "    keda:\n      enabled: true\n"
 KEDA_OFF = "    keda:\n      enabled: false\n"
@@ -17,18 +16,7 @@ KEDA_OFF = "    keda:\n      enabled: false\n"
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    for name in ("versions.yaml", "Pulumi.yaml"):
-        shutil.copy(ROOT / name, root / name)
-    shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "policies").mkdir()
-    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
-    for name in ("roles", "playbooks", "components"):
-        (root / name).symlink_to(ROOT / name)
-    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
-    monkeypatch.chdir(root)
-    return root
+    return user_repo(tmp_path / "repo", monkeypatch)
 
 
 def test_an_addon_turned_off_leaves_dir_on_the_next_render(

@@ -8,13 +8,12 @@ config entries a stack's Secret reads (names, not secrets).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from gpuinfra import secrets, site, versions
-from tests.conftest import ROOT, run_main
+from tests.conftest import run_main, user_repo
 
 PLANTED = "R0ut1ngKey/Planted+Value"
 PROD = "stacks/Pulumi.prod.yaml"
@@ -25,18 +24,7 @@ KEY_PATTERN = "string should match pattern '^[-._a-zA-Z0-9]+$'"
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The files a user edits, copied; what the checks only read, linked."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    for name in ("versions.yaml", "Pulumi.yaml"):
-        shutil.copy(ROOT / name, root / name)
-    shutil.copytree(ROOT / "stacks", root / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "inventory" / "example", root / "inventory" / "example")
-    (root / "policies").mkdir()
-    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
-    for name in ("roles", "playbooks", "components"):
-        (root / name).symlink_to(ROOT / name)
-    monkeypatch.setenv("GPUINFRA_ROOT", str(root))
-    monkeypatch.chdir(root)
+    root = user_repo(tmp_path / "repo", monkeypatch, site=True)
     versions.pinned.cache_clear()
     site.role_specs.cache_clear()
     yield root
