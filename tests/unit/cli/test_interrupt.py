@@ -58,6 +58,13 @@ def _worktrees(repo: Path) -> list[str]:
     ]
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """Ctrl-C's default in the command, as a terminal gives it. A test run started in the
+    background by a shell without job control inherits SIGINT ignored, and Python then leaves it
+    ignored: the command would rightly not see the SIGINT this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -82,6 +89,7 @@ def test_an_interrupted_diff_exits_130_and_leaves_no_worktree(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     planners: list[int] = []
     try:
