@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import cli
 from tests.conftest import ROOT, run_main
 
 GROUPS = (
@@ -164,7 +163,7 @@ def test_a_stack_config_check_refuses_is_not_written(
 ) -> None:
     stack = _stack(tmp_path, monkeypatch, TOO_LARGE)
     before = stack.read_text()
-    checked = cli_code(capsys, "config", "check", "--stack", "dev")
+    checked = run_main(capsys, "config", "check", "--stack", "dev")
     assert checked[0] == 2 and MISFIT in checked[2]
     code, out, err = run_main(capsys, "triton", "canary", "bert", *argv, "--stack", "dev")
     assert (code, out) == (2, "")
@@ -185,7 +184,7 @@ def test_a_site_config_check_refuses_is_not_written(
     variables = site / "group_vars" / "all" / "triton.yml"
     variables.write_text(variables.read_text() + "    gpuResource: nvidia.com/mig-3g.71gb\n")
     before = variables.read_text()
-    assert cli_code(capsys, "config", "check", "--site", str(site))[0] == 2
+    assert run_main(capsys, "config", "check", "--site", str(site))[0] == 2
     code, out, err = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(site))
     assert (code, out) == (2, "")
     lines = err.strip().splitlines()
@@ -195,13 +194,3 @@ def test_a_site_config_check_refuses_is_not_written(
         assert "no declared node can run it" in line
     assert "gpuinfra-edit-" not in err
     assert variables.read_text() == before
-
-
-def cli_code(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        cli.main(list(argv))
-    except SystemExit as done:
-        code = int(done.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err

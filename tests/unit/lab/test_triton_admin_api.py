@@ -82,15 +82,20 @@ def rendered(inst: local.Installation, tmp_path_factory: pytest.TempPathFactory)
     return Rendered(site, settings, local.rendered_flags(container, secrets), work)
 
 
-@pytest.fixture(scope="module")
-def server(inst: local.Installation, rendered: Rendered) -> Iterator[local.Server]:
-    running = local.start(
+def _start(inst: local.Installation, rendered: Rendered) -> local.Server:
+    """A real Triton on the rendered models, with the rendered group's flags, key expanded."""
+    return local.start(
         inst,
         rendered.work / "models",
         rendered.work / "backends",
         ports=ports(),
         model_args=rendered.flags,
     )
+
+
+@pytest.fixture(scope="module")
+def server(inst: local.Installation, rendered: Rendered) -> Iterator[local.Server]:
+    running = _start(inst, rendered)
     try:
         yield running
     finally:
@@ -278,13 +283,7 @@ def test_tune_loads_into_a_restricted_server_only_with_the_key(
 ) -> None:
     """``tune --url`` loads each configuration it measures: a load is an admin API. A server
     of its own, since the loads replace the model's config."""
-    running = local.start(
-        inst,
-        rendered.work / "models",
-        rendered.work / "backends",
-        ports=ports(),
-        model_args=rendered.flags,
-    )
+    running = _start(inst, rendered)
     tune = [
         *("triton", "tune", "--site", str(rendered.site), "--model", MODEL, "--p99-ms", "1000"),
         *("--url", running.grpc_url, "--concurrency", "1", "--max-batch-size", "8"),
