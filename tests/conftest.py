@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +82,15 @@ def cli():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port where connections are refused for the whole test.
+
+    The socket stays bound and never listens: a port merely found free and let go can be
+    taken by another test's server before this test connects to it.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])

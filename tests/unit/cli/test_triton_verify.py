@@ -4,7 +4,6 @@ not declare fails the check (exit 1, tested against a real Triton in tests/unit/
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -14,13 +13,6 @@ import pytest
 from tests.conftest import run_cli
 
 SITE = "inventory/example"
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture
@@ -35,8 +27,8 @@ def not_triton() -> Iterator[str]:
         server.stop(grace=None)
 
 
-def test_a_server_that_does_not_answer_is_the_environment() -> None:
-    url = f"127.0.0.1:{_closed_port()}"
+def test_a_server_that_does_not_answer_is_the_environment(closed_port: int) -> None:
+    url = f"127.0.0.1:{closed_port}"
     result = run_cli("triton", "verify", "--url", url, "--site", SITE)
     assert result.code == 3, result.stderr
     (line,) = result.stderr.splitlines()
@@ -63,10 +55,10 @@ def test_an_address_that_is_not_host_port_is_the_argument(url: str) -> None:
 
 @pytest.mark.parametrize("key", ["line\nbreak", " padded", "clé"])
 def test_an_admin_key_that_is_no_header_value_is_the_input(
-    key: str, monkeypatch: pytest.MonkeyPatch
+    key: str, monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
     monkeypatch.setenv("GPUINFRA_TRITON_ADMIN_KEY", key)
-    result = run_cli("triton", "verify", "--url", f"127.0.0.1:{_closed_port()}", "--site", SITE)
+    result = run_cli("triton", "verify", "--url", f"127.0.0.1:{closed_port}", "--site", SITE)
     assert result.code == 2, result.stderr
     assert result.stderr.splitlines() == [
         "error: GPUINFRA_TRITON_ADMIN_KEY: not a header value (allowed: printable ASCII, no "

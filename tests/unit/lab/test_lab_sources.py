@@ -54,13 +54,6 @@ def silent() -> Iterator[int]:
 
 
 @pytest.fixture
-def closed() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
 def repo(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "Release").write_text("Origin: gpuinfra\n")
@@ -82,12 +75,12 @@ def test_a_lab_whose_sources_answer_passes(tmp_path: Path, proxy: int, repo: str
 
 
 def test_a_proxy_that_is_not_running_says_to_start_it(
-    tmp_path: Path, closed: int, repo: str
+    tmp_path: Path, closed_port: int, repo: str
 ) -> None:
     with pytest.raises(ToolError) as caught:
-        lab.check_lab_sources(lab_site(tmp_path, repo), seconds=2, proxy_port=closed)
+        lab.check_lab_sources(lab_site(tmp_path, repo), seconds=2, proxy_port=closed_port)
     assert caught.value.message == (
-        f"the lab's apt proxy on 127.0.0.1:{closed} is not running; start it with `gpuinfra lab up`"
+        f"the lab's apt proxy on 127.0.0.1:{closed_port} is not running; start it with `gpuinfra lab up`"
     )
 
 
@@ -115,19 +108,19 @@ def test_a_silent_repository_is_named(tmp_path: Path, proxy: int, silent: int) -
     )
 
 
-def test_an_inventory_lab_up_did_not_write_is_left_alone(tmp_path: Path, closed: int) -> None:
+def test_an_inventory_lab_up_did_not_write_is_left_alone(tmp_path: Path, closed_port: int) -> None:
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    gpu-1: {}\n")
-    lab.check_lab_sources(tmp_path, seconds=1, proxy_port=closed)
+    lab.check_lab_sources(tmp_path, seconds=1, proxy_port=closed_port)
 
 
 def test_converge_stops_before_any_host_when_the_lab_proxy_is_down(
-    tmp_path: Path, closed: int, repo: str, cli: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, closed_port: int, repo: str, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(closed))
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(closed_port))
     result = cli("converge", "--site", str(lab_site(tmp_path, repo)))
     assert result.code == 3
     assert result.stderr.strip().splitlines() == [
-        f"error: the lab's apt proxy on 127.0.0.1:{closed} is not running; "
+        f"error: the lab's apt proxy on 127.0.0.1:{closed_port} is not running; "
         "start it with `gpuinfra lab up`"
     ]
     assert "PLAY RECAP" not in result.stdout

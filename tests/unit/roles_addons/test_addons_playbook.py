@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,14 +48,6 @@ def inventory(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "hosts.yml").write_text("all: {}\n")
     return folder
-
-
-@pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture
