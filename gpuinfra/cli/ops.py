@@ -35,7 +35,11 @@ def _until(text: str | None) -> datetime:
         raise UsageError(
             f"--until {text!r}: not a time (allowed: ISO 8601, e.g. 2026-12-01T00:00:00Z)"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if moment > datetime.now(UTC):
+        # Prometheus has no samples there: the report would read as GPUs nobody used.
+        raise UsageError(f"--until {text!r}: in the future (allowed: a time up to now)")
+    return moment
 
 
 @report_app.command("gpu-hours")

@@ -15,12 +15,26 @@ _UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(day
 _UNITS["w"] = timedelta(weeks=1)
 
 
+# Ten years: far beyond the 15 days the stack keeps by default, and far inside what a
+# timedelta holds.
+LONGEST_WINDOW = timedelta(days=3650)
+
+
 def parse_duration(option: str, text: str) -> timedelta:
-    """``24h``, ``7d``, ``90m``, ``2w``: a window a report covers."""
+    """``24h``, ``7d``, ``90m``, ``2w``: a window a report covers, 1m to 3650d."""
     match = _DURATION.match(text)
-    if not match or int(match.group(1)) == 0:
-        raise UsageError(f"{option} {text!r}: not a duration (allowed: e.g. 90m, 24h, 7d, 2w)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    count = int(match.group(1)) if match else 0
+    # The digits' length is checked first: a timedelta of 10**20 days cannot be built.
+    if (
+        not match
+        or count == 0
+        or len(match.group(1)) > 7
+        or (count * _UNITS[match.group(2)] > LONGEST_WINDOW)
+    ):
+        raise UsageError(
+            f"{option} {text!r}: not a duration (allowed: 1m to 3650d, e.g. 90m, 24h, 7d, 2w)"
+        )
+    return count * _UNITS[match.group(2)]
 
 
 def promql_duration(window: timedelta) -> str:
