@@ -473,16 +473,28 @@ def chart_files(source: ChartSource) -> dict[str, str]:
 
 
 def _counters(name: str, text: str) -> dict[str, str]:
-    """One counter list's fields and types; its first line the exporter refuses raises."""
+    """One counter list's fields and types; every line the exporter refuses, and every field
+    listed twice (the data file holds one type per field), raises together."""
     metrics: dict[str, str] = {}
+    first: dict[str, int] = {}
+    problems: list[Problem] = []
     for number, line in enumerate(text.split("\n"), start=1):
         # The exporter skips blank lines and comments (a line that starts with "#").
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         field, kind, message = _counter(line)
+        if not message and field in first:
+            message = (
+                f"{field} is listed again, first on line {first[field]} "
+                "(allowed: each field once; remove one of the two lines)"
+            )
         if message:
-            raise ConfigError([Problem(name, f"line {number}", message)])
+            problems.append(Problem(name, f"line {number}", message))
+            continue
+        first[field] = number
         metrics[field] = kind
+    if problems:
+        raise ConfigError(problems)
     if not metrics:
         raise ConfigError(
             [

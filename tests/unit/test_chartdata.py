@@ -345,7 +345,11 @@ def test_every_bad_counter_list_is_named_and_nothing_is_written(
     good = tmp_path / "default-counters.csv"
     good.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
     bad = tmp_path / "dcp-metrics-included.csv"
-    bad.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_SM_CLOCK, Gauge, SM clock\n")
+    bad.write_text(
+        "DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_SM_CLOCK, Gauge, SM clock\n"
+        "DCGM_FI_DEV_MEM_CLOCK, gauge, memory clock\nDCGM_FI_DEV_GPU_TEMP, counter, again\n"
+        "DCGM_FI_DEV_POWER_USAGE, gauge\n"
+    )
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     data = tmp_path / "data"
@@ -355,6 +359,10 @@ def test_every_bad_counter_list_is_named_and_nothing_is_written(
     assert err.splitlines() == [
         f"error: {bad}: line 2: metric type 'Gauge' is not allowed; did you mean 'gauge'? "
         "(allowed: 'counter', 'gauge', 'histogram', 'label' or 'summary')",
+        f"error: {bad}: line 4: DCGM_FI_DEV_GPU_TEMP is listed again, first on line 1 "
+        "(allowed: each field once; remove one of the two lines)",
+        f"error: {bad}: line 5: 2 columns, expected 3 (allowed: DCGM field, Prometheus metric "
+        "type, help message)",
         f"error: {empty}: lists no counter (allowed: lines of DCGM field, Prometheus metric "
         "type, help message, such as 'DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).'; "
         "# starts a comment)",
