@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.validation import findings_error, raise_findings, require_tags
-from gpuinfra.config import default_subnets, network_findings
+from gpuinfra.config import default_subnets, network_findings, vpc_problem
 
 # Subnet tags the AWS Load Balancer Controller and EKS use to find where load balancers go.
 _PUBLIC_ELB_TAG = {"kubernetes.io/role/elb": "1"}
@@ -227,9 +227,13 @@ class GpuNetwork(pulumi.ComponentResource):
 def _subnet_plan(name: str, args: GpuNetworkArgs) -> tuple[list[str], list[str]]:
     findings = require_tags(args.tags)
     try:
-        private, public = default_subnets(args.cidr, len(args.availability_zones))
+        why = vpc_problem(args.cidr)
     except ValueError as exc:
-        raise findings_error("GpuNetwork", name, [*findings, (("cidr",), str(exc))]) from None
+        why = str(exc)
+    if why:
+        # The subnets are carved from the block: a block that is no VPC's stops here.
+        raise findings_error("GpuNetwork", name, [*findings, (("cidr",), why)])
+    private, public = default_subnets(args.cidr, len(args.availability_zones))
     private = args.private_subnet_cidrs or private
     public = args.public_subnet_cidrs or public
     findings += network_findings(

@@ -88,6 +88,25 @@ def _cidr(value: str) -> str:
     return value
 
 
+def vpc_problem(cidr: str) -> str | None:
+    """What is wrong with a CIDR block, valid as such, as a GPU VPC's block; None when nothing."""
+    net = ipaddress.ip_network(cidr)
+    if net.version != 4 or not 16 <= net.prefixlen <= 20:
+        return f"'{cidr}': a GPU VPC takes an IPv4 /16 to /20 block"
+    if (
+        net.is_multicast
+        or net.is_loopback
+        or net.is_link_local
+        or net.is_reserved
+        or net.subnet_of(ipaddress.IPv4Network("0.0.0.0/8"))
+    ):
+        return (
+            f"'{cidr}' is no range hosts are addressed from (allowed: a private range such as "
+            "10.40.0.0/16, 172.16.0.0/16 or 192.168.0.0/16)"
+        )
+    return None
+
+
 def world_cidr(blocks: Any) -> str | None:
     """``0.0.0.0/0`` or ``::/0`` when ``blocks`` together cover it (0.0.0.0/1 with
     128.0.0.0/1 does), else None; what is not a CIDR block covers nothing."""
@@ -108,10 +127,24 @@ def world_cidr(blocks: Any) -> str | None:
 REQUIRED_TAGS = ("team", "project", "cost-center")
 
 
+# What AWS takes in a tag's value: letters and digits of any script, spaces and _ . : / = + - @.
+_TAG_VALUE = re.compile(r"^[\w .:/=+\-@]*$")
+
+
 class Tags(CamelModel):
-    team: str = Field(min_length=1)
-    project: str = Field(min_length=1)
-    cost_center: str = Field(min_length=1)
+    team: str = Field(min_length=1, max_length=256)
+    project: str = Field(min_length=1, max_length=256)
+    cost_center: str = Field(min_length=1, max_length=256)
+
+    @field_validator("team", "project", "cost_center")
+    @classmethod
+    def _aws_value(cls, value: str) -> str:
+        if not _TAG_VALUE.match(value):
+            raise ValueError(
+                f"{excerpt(repr(value))} is not a tag value AWS takes (allowed: letters, digits, "
+                "spaces and _ . : / = + - @)"
+            )
+        return value
 
     def as_aws(self) -> dict[str, str]:
         return {"team": self.team, "project": self.project, "cost-center": self.cost_center}
@@ -126,7 +159,14 @@ class NetworkConfig(CamelModel):
     single_nat_gateway: bool = True
     flow_logs: bool = False
 
-    _check_cidr = field_validator("cidr")(_cidr)
+    @field_validator("cidr")
+    @classmethod
+    def _vpc(cls, value: str) -> str:
+        # Checked here, before the default subnets are carved from it (an eighth of a /31
+        # cannot be carved at all).
+        if why := vpc_problem(_cidr(value)):
+            raise ValueError(why)
+        return value
 
     @field_validator("private_subnet_cidrs", "public_subnet_cidrs")
     @classmethod
@@ -407,8 +447,8 @@ def network_findings(
     if dupes:
         found.append((("availability_zones",), f"zones listed twice: {', '.join(dupes)}"))
     vpc = ipaddress.ip_network(cidr)
-    if not 16 <= vpc.prefixlen <= 20:
-        found.append((("cidr",), f"'{cidr}': a GPU VPC takes a /16 to /20 block"))
+    if why := vpc_problem(cidr):
+        found.append((("cidr",), why))
     seen: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
     for field_name, blocks in (
         ("private_subnet_cidrs", private_subnet_cidrs),

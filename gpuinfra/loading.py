@@ -267,7 +267,22 @@ def _expanded_size(root: Node) -> int:
 
 def parse_yaml(text: str, shown: str) -> Any:
     """The one YAML document in ``text`` (of the file shown as ``shown``), bounded."""
-    loader = _Loader(text)
+    try:
+        # The reader refuses control characters as it is made, before any parsing.
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        before = text[: exc.position]
+        where = f"line {before.count(chr(10)) + 1}, column {exc.position - before.rfind(chr(10))}"
+        raise ConfigError(
+            [
+                Problem(
+                    shown,
+                    where,
+                    f"not valid YAML: control character {exc.character:#06x} "
+                    "(allowed: printable characters, tabs and line breaks)",
+                )
+            ]
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -376,9 +391,16 @@ def located_messages(
     return located
 
 
+_UNION_TAG = re.compile(r"^[a-z][a-z-]*\[.*\]$")
+
+
 def _is_union_tag(part: Any) -> bool:
-    # pydantic adds the tried member type to the location of union errors ("function-after[...]").
-    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
+    # pydantic adds the tried member type to the location of union errors
+    # ("function-after[...]", "list[str]"), and "[key]" after a mapping's key that failed its
+    # own check; a user's key such as "[bold]x" is none of these.
+    return isinstance(part, str) and (
+        bool(_UNION_TAG.match(part)) or part in {"str", "int", "float", "bool", "[key]"}
+    )
 
 
 def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:

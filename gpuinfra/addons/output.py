@@ -67,12 +67,12 @@ def check_out(out: Path, relative: str | None = None) -> None:
         if folder.exists() and not folder.is_dir():
             raise UsageError(
                 f"--out {_shown(out)}: {excerpt(str(folder.relative_to(out)), 80)} is not a "
-                "directory and the render writes into it (move it away)"
+                "directory and a file is written into it (move it away)"
             )
     if target.is_dir():
         raise UsageError(
-            f"--out {_shown(out)}: {excerpt(relative, 80)} is a directory where the render "
-            "writes a file (move it away)"
+            f"--out {_shown(out)}: {excerpt(relative, 80)} is a directory where a file "
+            "is written (move it away)"
         )
 
 

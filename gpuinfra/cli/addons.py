@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuinfra.cli.console import say
+from gpuinfra.cli.options import out_dir
 from gpuinfra.errors import UsageError, excerpt
 
 addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")
@@ -19,8 +20,8 @@ def render(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="Write one directory per add-on here (files an earlier render wrote there and "
+        out_dir(
+            "Write one directory per add-on here (files an earlier render wrote there and "
             "this one does not are removed); else print"
         ),
     ] = None,
@@ -32,8 +33,6 @@ def render(
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
-    if out is not None:
-        output.check_out(out)
     if stack is not None:
         settings = config.load_stack(stack).addons
     else:

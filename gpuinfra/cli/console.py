@@ -55,8 +55,9 @@ class _Redacted(io.TextIOBase):
 
 # Pipes and CI logs get a wide table rather than rich's 80-column default.
 WIDTH = max(shutil.get_terminal_size((160, 24)).columns, 120)
-out = Console(file=cast(TextIO, _Redacted("stdout")), width=WIDTH)
-err = Console(file=cast(TextIO, _Redacted("stderr")), soft_wrap=True)
+# No emoji codes: a user's key or host name such as "gpuinfra:x:" is printed as written.
+out = Console(file=cast(TextIO, _Redacted("stdout")), width=WIDTH, emoji=False)
+err = Console(file=cast(TextIO, _Redacted("stderr")), soft_wrap=True, emoji=False)
 
 
 def say(line: str) -> None:
@@ -90,7 +91,9 @@ def render_text(renderables: list[RenderableType]) -> str:
     """Tables and text as plain characters, for a file or a pipe; a line of text (a warning)
     stays one line."""
     buffer = io.StringIO()
-    console = Console(file=buffer, width=WIDTH, force_terminal=False, color_system=None)
+    console = Console(
+        file=buffer, width=WIDTH, force_terminal=False, color_system=None, emoji=False
+    )
     for item in renderables:
         console.print(item, soft_wrap=isinstance(item, str | Text))
     return buffer.getvalue()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -37,3 +38,23 @@ AsOf = Annotated[
         help="Judge the support windows on this date (YYYY-MM-DD); default today",
     ),
 ]
+
+
+def parse_out_dir(value: str) -> Path:
+    """``--out DIR`` of the commands that write a tree of files. An empty value (an unset
+    shell variable) would write into the current directory: it is refused."""
+    if not value.strip():
+        raise typer.BadParameter(
+            f"{excerpt(repr(value), 40)} is empty (allowed: a directory, or a path where one "
+            "can be created)"
+        )
+    from gpuinfra.addons.output import check_out
+
+    path = Path(value)
+    check_out(path)
+    return path
+
+
+def out_dir(help_text: str) -> Any:
+    """The ``--out DIR`` option, parsed and checked by parse_out_dir."""
+    return typer.Option("--out", parser=parse_out_dir, metavar="DIR", help=help_text)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuinfra.cli.console import say
+from gpuinfra.cli.options import out_dir
 
 schemas_app = typer.Typer(
     help="The chart values trees, CRD schemas and DCGM counter lists in gpuinfra/data.",
@@ -24,7 +25,7 @@ def build(
         str | None,
         typer.Option(help="File the data under this version instead of Chart.yaml's"),
     ] = None,
-    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+    out: Annotated[Path | None, out_dir(_OUT_HELP)] = None,
 ) -> None:
     """Write a chart's values tree and CRD schemas, for its name and version."""
     from gpuinfra import chartdata
@@ -32,7 +33,7 @@ def build(
 
     source = chartdata.read_chart(path, version=version)
     files = chartdata.chart_files(source)
-    written = chartdata.write(files, out or chartdata.DATA)
+    written = _write(files, out)
     kinds = sum(len(k) for k in chartdata.crd_schemas(source.crds).values())
     for target in written:
         say(f"wrote {display_path(target)}")
@@ -47,13 +48,13 @@ def counters(
     csv_files: Annotated[
         list[Path], typer.Argument(help="Counter lists (etc/*.csv of NVIDIA/dcgm-exporter)")
     ],
-    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+    out: Annotated[Path | None, out_dir(_OUT_HELP)] = None,
 ) -> None:
     """Write the DCGM exporter's counter lists (metric names and types) for a version."""
     from gpuinfra import chartdata
     from gpuinfra.loading import display_path
 
-    written = chartdata.write(chartdata.counter_files(version, csv_files), out or chartdata.DATA)
+    written = _write(chartdata.counter_files(version, csv_files), out)
     for target in written:
         say(f"wrote {display_path(target)}")
 
@@ -63,15 +64,26 @@ def api(
     name: Annotated[str, typer.Argument(help="The API's name, e.g. gateway-api")],
     version: Annotated[str, typer.Argument(help="Its release, e.g. 1.6.1")],
     crd_files: Annotated[list[Path], typer.Argument(help="The release's CRD YAML files")],
-    out: Annotated[Path | None, typer.Option(help=_OUT_HELP)] = None,
+    out: Annotated[Path | None, out_dir(_OUT_HELP)] = None,
 ) -> None:
     """Write the CRD schemas of an API the cluster provides (not a pinned chart's)."""
     from gpuinfra import chartdata
     from gpuinfra.loading import display_path
 
-    written = chartdata.write(chartdata.api_files(name, version, crd_files), out or chartdata.DATA)
+    written = _write(chartdata.api_files(name, version, crd_files), out)
     for target in written:
         say(f"wrote {display_path(target)}")
+
+
+def _write(files: dict[str, str], out: Path | None) -> list[Path]:
+    from gpuinfra import chartdata
+    from gpuinfra.addons.output import check_out
+
+    data = out or chartdata.DATA
+    # Every file's folders checked before the first is written: nothing half done.
+    for relative in files:
+        check_out(data, relative)
+    return chartdata.write(files, data)
 
 
 def register(app: typer.Typer) -> None:

@@ -521,6 +521,48 @@ CASES: list[Case] = [
         "/16 to /20",
     ),
     stack(
+        "stack-key-like-an-emoji-code",
+        sub(DEV, "  gpuinfra:environment: dev", "  gpuinfra:environment: dev\n  gpuinfra:x: 1"),
+        "config.gpuinfra:x: unknown key 'x'",
+        "allowed: 'addons', 'cluster'",
+    ),
+    stack(
+        "stack-tag-key-like-markup",
+        sub(DEV, "    team: ml-platform", '    team: ml-platform\n    "[bold]x": y'),
+        "config.gpuinfra:tags.[bold]x",
+        "unknown key '[bold]x'",
+    ),
+    stack(
+        "stack-tag-value-aws-refuses",
+        sub(DEV, "    team: ml-platform", '    team: "[red]oops"'),
+        "config.gpuinfra:tags.team",
+        "'[red]oops' is not a tag value AWS takes (allowed: letters, digits, spaces",
+    ),
+    stack(
+        "stack-control-character",
+        sub(DEV, "    team: ml-platform", '    team: "ml\x07platform"'),
+        "line 7, column 14",
+        "control character 0x0007 (allowed: printable characters",
+    ),
+    stack(
+        "stack-cidr-too-small-to-carve",
+        sub(DEV, "cidr: 10.40.0.0/16", "cidr: 10.40.0.0/30"),
+        "network.cidr",
+        "'10.40.0.0/30': a GPU VPC takes an IPv4 /16 to /20 block",
+    ),
+    stack(
+        "stack-cidr-multicast",
+        sub(DEV, "cidr: 10.40.0.0/16", "cidr: 224.0.0.0/16"),
+        "network.cidr",
+        "'224.0.0.0/16' is no range hosts are addressed from",
+    ),
+    stack(
+        "stack-cidr-this-network",
+        sub(DEV, "cidr: 10.40.0.0/16", "cidr: 0.0.0.0/16"),
+        "network.cidr",
+        "'0.0.0.0/16' is no range hosts are addressed from",
+    ),
+    stack(
         "stack-no-zones",
         sub(DEV, "[us-east-1a, us-east-1b]", "[]"),
         "network.availabilityZones",
@@ -1349,16 +1391,17 @@ CASES: list[Case] = [
             ("render-out-is-a-file", DEV, "not a directory (allowed: a directory", nothing),
             ("render-out-under-a-file", f"{DEV}/addons", f"{DEV} is not a directory", nothing),
             ("render-out-proc", "/proc/gpuinfra-x", "No such file or directory", nothing),
+            ("render-out-empty", "", "'' is empty (allowed: a directory", nothing),
             (
                 "render-out-addon-dir-is-a-file",
                 "build",
-                "keda is not a directory and the render writes into it",
+                "keda is not a directory and a file is written into it",
                 put("build/keda", "mine\n"),
             ),
             (
                 "render-out-file-is-a-dir",
                 "build",
-                "keda/values.yaml is a directory where the render writes a file",
+                "keda/values.yaml is a directory where a file is written",
                 mkdir("build/keda/values.yaml"),
             ),
         )
@@ -1433,6 +1476,28 @@ CASES: list[Case] = [
                 "did you mean 'DCGM_EXP_XID_ERRORS_COUNT'?",
             ),
             ("counters-none", "# DCGM_FI_DEV_GPU_TEMP, gauge, Temp.\n", "no counter", "allowed: "),
+            (
+                "counters-field-twice",
+                "DCGM_FI_DEV_GPU_TEMP, gauge, Temp.\nDCGM_FI_DEV_GPU_TEMP, counter, Again.\n",
+                "line 3",
+                "DCGM_FI_DEV_GPU_TEMP is listed again, first on line 2",
+            ),
+        )
+    ),
+    # schemas --out: a tree of files is written under DIR; a file in the way stops it first.
+    *(
+        Case(
+            case_id,
+            ("schemas", "counters", "4.6.0-4.8.3", COUNTERS, "--out", out),
+            put(COUNTERS, "DCGM_FI_DEV_GPU_TEMP, gauge, Temp.\n"),
+            2,
+            "--out",
+            key,
+            allowed,
+        )
+        for case_id, out, key, allowed in (
+            ("counters-out-is-a-file", COUNTERS, f"--out {COUNTERS}", "not a directory"),
+            ("counters-out-empty", "", "'--out'", "'' is empty (allowed: a directory"),
         )
     ),
     Case(
