@@ -28,8 +28,9 @@ from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
 from gpuinfra.addons.triton import NAME as TRITON_NAME
 from gpuinfra.addons.triton import TritonSettings
 from gpuinfra.addons.triton import groups as triton_groups
-from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.errors import ToolError, UsageError, excerpt
 from gpuinfra.integrity import Nodes
+from gpuinfra.loading import load_yaml
 from gpuinfra.ops.http import server
 from gpuinfra.ops.prometheus import Prometheus
 
@@ -67,16 +68,33 @@ class Declared:
 
 def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
     """Nodes (and Triton's Deployment) from the API server the kubeconfig names."""
+    import yaml
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
     if not kubeconfig.is_file():
         raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
+    if not isinstance(load_yaml(kubeconfig), dict):
+        raise UsageError(
+            f"--kubeconfig {kubeconfig}: not a kubeconfig (allowed: a mapping with clusters, "
+            "users, contexts and current-context)"
+        )
     try:
         api = config.new_client_from_config(config_file=str(kubeconfig))
-    except (config.ConfigException, ValueError, KeyError) as exc:
-        raise UsageError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {exc}") from None
+    # The client reads the file as it finds it: YAML that does not parse, or a list or a
+    # number where a mapping goes, fails inside it.
+    except (
+        config.ConfigException,
+        yaml.YAMLError,
+        UnicodeDecodeError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as exc:
+        reason = excerpt(" ".join(str(exc).split()), 160)
+        raise UsageError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {reason}") from None
     server = api.configuration.host
     found: dict[str, Any] = {}
     try:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.errors import ToolError, UsageError, excerpt
 
 TIMEOUT_S = 15.0
 
@@ -31,15 +31,31 @@ class Server:
 
 def server(option: str, url: str) -> Server:
     """The server ``url`` names; UsageError when it is not an http(s) URL."""
-    parts = urllib.parse.urlsplit(url)
-    user, _, address = parts.netloc.rpartition("@")
-    plain = urllib.parse.urlunsplit(parts._replace(netloc=address)).rstrip("/")
+    user, plain, shown, valid = "", url, url, False
     try:
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # a port that is no number or out of range
-        valid = False
+        parts = urllib.parse.urlsplit(url)
+        user, _, address = parts.netloc.rpartition("@")
+        plain = urllib.parse.urlunsplit(parts._replace(netloc=address)).rstrip("/")
+        # A message names the URL as given, less its credentials.
+        shown = plain if user else url
+        # The API's paths and parameters are added to it: a query or fragment would end up
+        # in front of them.
+        valid = (
+            url.isascii()
+            and url.isprintable()
+            and parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+            and parts.port != 0
+            and not parts.query
+            and not parts.fragment
+        )
+    except ValueError:  # a port that is no number or out of range, a broken [IPv6] host
+        pass
     if not valid:
-        raise UsageError(f"{option} {plain!r}: not an http(s) URL (e.g. http://127.0.0.1:9090)")
+        raise UsageError(
+            f"{option} {excerpt(repr(shown), 120)}: not an http(s) URL (e.g. "
+            "http://127.0.0.1:9090; ASCII, no query or fragment)"
+        )
     if not user:
         return Server(plain)
     name, _, password = user.partition(":")

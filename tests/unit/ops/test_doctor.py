@@ -308,3 +308,23 @@ def test_each_serving_groups_deployment_is_checked() -> None:
         "triton/triton-one-canary": ("fail", "Deployment not found"),
         "triton/triton-two": ("ok", "2 of 2 replicas ready"),
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("garbage: [\n", "line 2, column 1: not valid YAML: expected the node content"),
+        ("[1, 2]\n", "--kubeconfig {path}: not a kubeconfig (allowed: a mapping with clusters"),
+        ("clusters: 5\n", "--kubeconfig {path}: not a usable kubeconfig: "),
+        ("kind: Config\n", "--kubeconfig {path}: not a usable kubeconfig: Invalid kube-config"),
+    ],
+)
+def test_a_kubeconfig_the_client_cannot_read_is_one_line_and_exit_2(
+    text: str, message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    result = run_cli("doctor", "--kubeconfig", str(path))
+    assert result.code == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and message.format(path=path) in line

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_main
 
 USER, PASSWORD = "ops", "s3cret:with@odd"  # characters a URL must escape
 QUOTED = "ops:s3cret%3Awith%40odd"
@@ -74,5 +74,32 @@ def test_a_bad_url_is_named_without_its_password() -> None:
     assert result.code == 2
     (line,) = (result.stdout + result.stderr).splitlines()
     assert line == "error: --alertmanager 'ftp://127.0.0.1:1': not an http(s) URL " + (
-        "(e.g. http://127.0.0.1:9090)"
+        "(e.g. http://127.0.0.1:9090; ASCII, no query or fragment)"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://[::1", "'http://[::1'"),
+        ("http://[zz]:1", "'http://[zz]:1'"),
+        ("http://127.0.0.1:1?x=1", "'http://127.0.0.1:1?x=1'"),
+        ("http://127.0.0.1:1/#top", "'http://127.0.0.1:1/#top'"),
+        ("http://h\udcff\udcfe:1", "'http://h\\udcff\\udcfe:1'"),
+        ("http://", "'http://'"),
+    ],
+)
+def test_a_url_that_cannot_be_asked_is_one_line_and_exit_2(
+    url: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (
+        ("report", "gpu-hours", "--prometheus", url),
+        ("doctor", "--prometheus", url),
+        ("doctor", "--alertmanager", url),
+    ):
+        code, out, err = run_main(capsys, *argv)
+        assert (code, out) == (2, ""), (argv, err)
+        assert err.splitlines() == [
+            f"error: {argv[-2]} {shown}: not an http(s) URL (e.g. http://127.0.0.1:9090; "
+            "ASCII, no query or fragment)"
+        ]
