@@ -149,6 +149,10 @@ def test_quantities_read_as_kubernetes_writes_them() -> None:
     assert integrity.quantity("64Gi") == 64 * 1024**3
     assert integrity.quantity(8) == 8
     assert integrity.quantity("1.5") == 1.5
+    assert integrity.quantity("1Ei") == 1024**6
+    assert integrity.quantity("2E") == 2 * 1000**6
+    # An exponent, not exa: 1E3 is a thousand.
+    assert integrity.quantity("1E3") == 1000
 
 
 def test_config_check_and_plan_refuse_an_error_with_the_file_and_change(tmp_path: Path) -> None:
