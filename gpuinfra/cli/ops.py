@@ -72,6 +72,12 @@ def gpu_hours(
         )
     window = parse_duration("--since", since)
     end = _until(until)
+    if end < datetime(1970, 1, 1, tzinfo=UTC) + window:
+        # Prometheus counts time from 1970: a window that starts before holds no samples.
+        raise UsageError(
+            f"--since {since} before --until {end.isoformat(timespec='minutes')} starts before 1970 "
+            "(allowed: a window inside Prometheus's time, which starts on 1970-01-01)"
+        )
     rows = gpuhours.gpu_hours(Prometheus(prometheus), window, end, by=keys)
     shown = [k for k in gpuhours.KEYS if k in keys]
     records = [

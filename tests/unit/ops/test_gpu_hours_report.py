@@ -173,6 +173,11 @@ def test_the_table_shows_each_team_and_the_total(prometheus_url: str) -> None:
         (["--since", "9" * 30 + "d"], f"--since '{'9' * 30}d': not a duration"),
         (["--until", "2999-01-01T00:00:00Z"], "--until '2999-01-01T00:00:00Z': in the future"),
         (["--until", "next week"], "--until 'next week': not a time"),
+        (
+            ["--until", "0001-01-01", "--since", "3650d"],
+            "--since 3650d before --until 0001-01-01T00:00+00:00 starts before 1970",
+        ),
+        (["--until", "1970-01-01T12:00:00Z", "--since", "1d"], "--since 1d before --until 1970"),
         (["--by", "owner"], "--by 'owner': allowed: team, project, namespace"),
     ],
 )
