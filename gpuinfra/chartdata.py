@@ -566,7 +566,26 @@ def api_files(api: str, version: str, crd_files: list[Path]) -> dict[str, str]:
             text = path.read_bytes()
         except OSError as exc:
             raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        documents.append((str(path), _yaml_mapping(text, str(path))))
+        document = _yaml_mapping(text, str(path))
+        spec = document.get("spec")
+        versions = spec.get("versions") if isinstance(spec, dict) else None
+        if (
+            document.get("kind") != "CustomResourceDefinition"
+            or not isinstance(spec, dict)
+            or not isinstance(spec.get("group"), str)
+            or not isinstance(spec.get("names"), dict)
+            or not isinstance(spec["names"].get("kind"), str)
+            or not isinstance(versions, list)
+            or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in versions)
+        ):
+            raise UsageError(
+                f"{path}: not a CustomResourceDefinition with spec.group, spec.names.kind and "
+                "named spec.versions (allowed: one CRD per file, as the API's release "
+                "publishes them)"
+            )
+        if not crd_schemas(((str(path), document),)):
+            raise UsageError(f"{path}: the CRD serves no version with an openAPIV3Schema")
+        documents.append((str(path), document))
     folder = f"apis/{api}/{_version_dir(version)}"
     return {f"{folder}/{CRDS_FILE}": crds_text(crd_schemas(tuple(documents)))}
 

@@ -1484,6 +1484,32 @@ CASES: list[Case] = [
             ),
         )
     ),
+    # schemas api: each file one CRD with a served schema; nothing is written otherwise.
+    *(
+        Case(
+            case_id,
+            ("schemas", "api", "gateway-api", "1.6.1", "crd.yaml", "--out", "data"),
+            put("crd.yaml", text),
+            2,
+            "crd.yaml",
+            "crd.yaml",
+            allowed,
+        )
+        for case_id, text, allowed in (
+            ("api-empty-file", "", "not a CustomResourceDefinition"),
+            (
+                "api-no-group",
+                "kind: CustomResourceDefinition\nspec: {versions: []}\n",
+                "spec.group",
+            ),
+            (
+                "api-nothing-served",
+                "kind: CustomResourceDefinition\nspec: {group: g.io, names: {kind: A}, "
+                "versions: [{name: v1, served: false}]}\n",
+                "serves no version with an openAPIV3Schema",
+            ),
+        )
+    ),
     # schemas --out: a tree of files is written under DIR; a file in the way stops it first.
     *(
         Case(
