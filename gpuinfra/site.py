@@ -9,6 +9,7 @@ with a suggestion instead of a silently ignored setting.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -413,7 +414,7 @@ def _site_names(root: Path) -> list[str]:
 
 def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     """Read an inventory directory; raise ConfigError listing every problem in its files."""
-    if len(path.name.encode()) > 255 or not is_dir(path):
+    if len(os.fsencode(path.name)) > 255 or not is_dir(path):
         sites: list[str] = []
         with contextlib.suppress(UsageError):
             sites = _site_names(repo_root())

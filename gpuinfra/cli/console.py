@@ -36,7 +36,12 @@ class _Redacted(io.TextIOBase):
         return target
 
     def write(self, text: str) -> int:
-        self._target.write(secrets.redact_text(text))
+        shown = secrets.redact_text(text)
+        if not shown.isascii():
+            # A name made of bytes that are no UTF-8 (an argument, a file name) holds
+            # surrogates, which no stream encodes: they are written as \udcff.
+            shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
+        self._target.write(shown)
         return len(text)
 
     def flush(self) -> None:

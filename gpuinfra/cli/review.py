@@ -7,6 +7,7 @@ markdown for a pull request comment.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -228,7 +229,7 @@ def register(app: typer.Typer) -> None:
             only = diff_mod.Target("stack", config.check_stack_name(stack))
         elif site is not None:
             name = Path(site).name
-            if not name or len(name.encode()) > 255:
+            if not name or len(os.fsencode(name)) > 255:
                 raise UsageError(
                     f"--site {excerpt(repr(site), 40)}: not a site name (allowed: a directory "
                     "name under inventory/, at most 255 bytes)"

@@ -1134,6 +1134,18 @@ CASES: list[Case] = [
         "did you mean 'inventory/example'",
         argv=("config", "check", "--site", "inventory/exmaple"),
     ),
+    # Bytes that are not UTF-8 reach Python as surrogates (a file name from another locale).
+    *(
+        site_case(
+            f"site-name-not-utf8-{argv[0]}",
+            nothing,
+            "no site at inventory/ex\\udcffample",
+            "did you mean 'inventory/example'",
+            "sites under inventory/",
+            argv=(*argv, "inventory/ex\udcffample"),
+        )
+        for argv in (("config", "check", "--site"), ("plan", "--site"))
+    ),
     site_case(
         "site-by-its-folder-name",
         nothing,
