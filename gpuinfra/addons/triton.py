@@ -47,6 +47,13 @@ METRICS_PORT = 8002
 MODELS_MOUNT = "/models"
 
 _KINDS = {"gpu": "KIND_GPU", "cpu": "KIND_CPU", "auto": "KIND_AUTO"}
+# What the ModelConfig protobuf's integer fields hold: max_batch_size, preferred_batch_size and
+# instance_group.count are int32, max_queue_delay_microseconds uint64, version_policy's latest
+# uint32 and specific's versions int64. A larger value cannot be written into the config.
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
 # What the device plugin advertises: whole (or time-sliced) GPUs, renamed shares, MIG slices.
 GPU_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]+gb(\+me)?)$"
 # Triton loads every model at start and never reloads: a changed config reaches the pods only
@@ -85,12 +92,13 @@ def refused_for_admin_key(message: str) -> bool:
 
 
 class DynamicBatching(Settings):
-    preferred_batch_size: list[int] = Field(default_factory=list)
-    max_queue_delay_microseconds: int = Field(default=100, ge=0)
+    # Each at least 1 and at most maxBatchSize: the model's check says so in one line.
+    preferred_batch_size: list[Annotated[int, Field(le=INT32_MAX)]] = Field(default_factory=list)
+    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=UINT64_MAX)
 
 
 class InstanceGroup(Settings):
-    count: int = Field(default=1, ge=1)
+    count: int = Field(default=1, ge=1, le=INT32_MAX)
     kind: Literal["gpu", "cpu", "auto"] = "gpu"
 
 
@@ -98,8 +106,9 @@ class VersionPolicy(Settings):
     """Which model versions Triton serves: the newest N, all, or the listed ones."""
 
     policy: Literal["latest", "all", "specific"] = "latest"
-    latest: int = Field(default=1, ge=1)
-    versions: list[int] = Field(default_factory=list)
+    latest: int = Field(default=1, ge=1, le=UINT32_MAX)
+    # A version is a numeric directory; Triton ignores 0 (and names starting with 0).
+    versions: list[Annotated[int, Field(ge=1, le=INT64_MAX)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _versions(self) -> VersionPolicy:
@@ -118,7 +127,7 @@ class VersionPolicy(Settings):
 class TritonModel(Settings):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=128)
     backend: Literal["onnxruntime", "tensorrt", "pytorch", "tensorflow", "python", "vllm"]
-    max_batch_size: int = Field(default=0, ge=0)
+    max_batch_size: int = Field(default=0, ge=0, le=INT32_MAX)
     dynamic_batching: DynamicBatching | None = None
     instance_group: InstanceGroup = Field(default_factory=InstanceGroup)
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)

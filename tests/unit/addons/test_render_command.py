@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -61,6 +62,51 @@ def test_a_bad_site_variable_is_one_line_naming_the_file(
         "'kueue'; did you mean 'kueue_cohort'?"
     )
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "line"),
+    [
+        (
+            "max_batch_size: 32",
+            "max_batch_size: 2147483648",
+            "triton_models[0].max_batch_size: input should be less than or equal to 2147483647, "
+            "got 2147483648",
+        ),
+        (
+            "max_queue_delay_microseconds: 200",
+            "max_queue_delay_microseconds: 100000000000000000000000",
+            "triton_models[0].dynamic_batching.max_queue_delay_microseconds: input should be less "
+            "than or equal to 18446744073709551615, got 100000000000000000000000",
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("config", "check"), ("plan",), ("addons", "render")], ids=" ".join
+)
+def test_a_model_config_value_its_protobuf_field_cannot_hold_is_one_line(
+    cli,
+    repo_root: Path,
+    tmp_path: Path,
+    command: tuple[str, ...],
+    setting: str,
+    value: str,
+    line: str,
+) -> None:
+    """The ModelConfig's int32 and uint64 fields: refused where the settings are read, as a
+    file's mistake, not an internal error when the config is written."""
+    shutil.copy(repo_root / "versions.yaml", tmp_path / "versions.yaml")
+    shutil.copytree(repo_root / "inventory" / "example", tmp_path / "inventory" / "example")
+    vars_file = tmp_path / "inventory" / "example" / "group_vars" / "all" / "triton.yml"
+    text = vars_file.read_text("utf-8")
+    assert setting in text
+    vars_file.write_text(text.replace(setting, value, 1), "utf-8")
+    out = tmp_path / "out"
+    args = ("--out", str(out)) if command == ("addons", "render") else ()
+    result = cli(*command, "--site", "inventory/example", *args, root=tmp_path, cwd=tmp_path)
+    assert result.code == 2, result.stderr
+    assert result.stderr == f"error: inventory/example/group_vars/all/triton.yml: {line}\n"
+    assert not out.exists()
 
 
 def test_render_a_shipped_stack_to_stdout(cli) -> None:

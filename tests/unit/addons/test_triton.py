@@ -121,6 +121,85 @@ def test_metrics_port_is_scraped() -> None:
             "models[0].backend",
             "'onnx' is not allowed",
         ),
+        # Each integer the ModelConfig protobuf takes, one past what its field holds.
+        (
+            {"models": [{"name": "m", "backend": "onnxruntime", "maxBatchSize": 2**31}]},
+            "models[0].maxBatchSize",
+            "input should be less than or equal to 2147483647, got 2147483648",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "backend": "onnxruntime",
+                        "maxBatchSize": 8,
+                        "dynamicBatching": {"maxQueueDelayMicroseconds": 10**23},
+                    }
+                ]
+            },
+            "models[0].dynamicBatching.maxQueueDelayMicroseconds",
+            "input should be less than or equal to 18446744073709551615, got "
+            "100000000000000000000000",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "backend": "onnxruntime",
+                        "maxBatchSize": 8,
+                        "dynamicBatching": {"preferredBatchSize": [8, 2**31]},
+                    }
+                ]
+            },
+            "models[0].dynamicBatching.preferredBatchSize[1]",
+            "input should be less than or equal to 2147483647, got 2147483648",
+        ),
+        (
+            {
+                "models": [
+                    {"name": "m", "backend": "onnxruntime", "instanceGroup": {"count": 2**31}}
+                ]
+            },
+            "models[0].instanceGroup.count",
+            "input should be less than or equal to 2147483647, got 2147483648",
+        ),
+        (
+            {
+                "models": [
+                    {"name": "m", "backend": "onnxruntime", "versionPolicy": {"latest": 2**32}}
+                ]
+            },
+            "models[0].versionPolicy.latest",
+            "input should be less than or equal to 4294967295, got 4294967296",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "backend": "onnxruntime",
+                        "versionPolicy": {"policy": "specific", "versions": [1, 2**63]},
+                    }
+                ]
+            },
+            "models[0].versionPolicy.versions[1]",
+            "input should be less than or equal to 9223372036854775807, got 9223372036854775808",
+        ),
+        (
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "backend": "onnxruntime",
+                        "versionPolicy": {"policy": "specific", "versions": [0]},
+                    }
+                ]
+            },
+            "models[0].versionPolicy.versions[0]",
+            "input should be greater than or equal to 1, got 0",
+        ),
     ],
 )
 def test_bad_settings_name_the_key(settings: dict[str, object], path: str, message: str) -> None:
@@ -130,6 +209,32 @@ def test_bad_settings_name_the_key(settings: dict[str, object], path: str, messa
     assert problem.file == "stacks/Pulumi.dev.yaml"
     assert problem.path == path
     assert problem.message.startswith(message)
+
+
+def test_the_largest_values_the_model_config_holds_are_written() -> None:
+    settings = {
+        "modelRepository": {"pvc": "models"},
+        "models": [
+            {
+                "name": "m",
+                "backend": "onnxruntime",
+                "maxBatchSize": 2**31 - 1,
+                "dynamicBatching": {
+                    "preferredBatchSize": [2**31 - 1],
+                    "maxQueueDelayMicroseconds": 2**64 - 1,
+                },
+                "instanceGroup": {"count": 2**31 - 1},
+                "versionPolicy": {"policy": "specific", "versions": [2**63 - 1]},
+            }
+        ],
+    }
+    render = addons.render("triton", settings)
+    config = text_format.Parse(render.files["models/m/config.pbtxt"], mc.ModelConfig())
+    assert config.max_batch_size == 2**31 - 1
+    assert list(config.dynamic_batching.preferred_batch_size) == [2**31 - 1]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 2**64 - 1
+    assert config.instance_group[0].count == 2**31 - 1
+    assert list(config.version_policy.specific.versions) == [2**63 - 1]
 
 
 def test_rendering_without_a_model_repository_says_what_is_missing() -> None:
