@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -28,14 +29,53 @@ triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a se
 ADMIN_KEY_ENV = "GPUINFRA_TRITON_ADMIN_KEY"
 
 
-def _levels(text: str, option: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{option}: {text!r} is not a list of numbers (e.g. 1,8,16)") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"{option}: give numbers of at least 1, e.g. 1,8,16")
-    return values
+# Numbers as a person types them, in ASCII digits (``int`` and ``float`` would also read other
+# scripts' digits, and ``float`` ``nan`` and ``inf``); a sign is read so that -1 is out of range.
+_WHOLE = re.compile(r"[-+]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?", re.ASCII)
+# The local stand-in's cost per batch and per item: up to a second each, which perf_analyzer
+# still measures within its window.
+MAX_STAND_IN_COST_US = 1_000_000
+
+
+def _levels(text: str, option: str, most: int, example: str) -> list[int]:
+    """A comma-separated list of whole numbers from 1 to ``most`` (a field of the model
+    config, or perf_analyzer's concurrency)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    shown = f"{option} {excerpt(repr(text), 60)}"
+    allowed = f"allowed: whole numbers from 1 to {most}, comma-separated, e.g. {example}"
+    if not parts or not all(_WHOLE.fullmatch(part) for part in parts):
+        raise UsageError(f"{shown}: not a list of whole numbers ({allowed})")
+    # A number longer than the bound's digits is out of range before it is read.
+    if any(len(part.lstrip("+0")) > len(str(most)) or not 1 <= int(part) <= most for part in parts):
+        raise UsageError(f"{shown}: out of range ({allowed})")
+    return [int(part) for part in parts]
+
+
+def _number(text: str, option: str, allowed: str, *, above_zero: bool) -> float:
+    """A finite decimal number written in ASCII digits, above 0 or at least 0."""
+    shown = f"{option} {excerpt(repr(text), 60)}"
+    if not _DECIMAL.fullmatch(text.strip()):
+        raise UsageError(f"{shown}: not a number (allowed: {allowed})")
+    value = float(text)
+    if not math.isfinite(value) or (value <= 0 if above_zero else value < 0):
+        raise UsageError(f"{shown}: out of range (allowed: {allowed})")
+    return value
+
+
+def _stand_in_cost(text: str) -> str:
+    """``--stand-in-cost-us``: microseconds per batch and per item, two numbers."""
+    allowed = (
+        f"allowed: two numbers of microseconds from 0 to {MAX_STAND_IN_COST_US}, per batch and "
+        "per item, e.g. 10000,500"
+    )
+    shown = f"--stand-in-cost-us {excerpt(repr(text), 60)}"
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) != 2 or not all(_DECIMAL.fullmatch(part) for part in parts):
+        raise UsageError(f"{shown}: not a cost per batch and per item ({allowed})")
+    if not all(0 <= float(part) <= MAX_STAND_IN_COST_US for part in parts):
+        raise UsageError(f"{shown}: out of range ({allowed})")
+    return ",".join(parts)
 
 
 def _source(
@@ -103,11 +143,11 @@ def _table(result: Result) -> Table:
 @triton_app.command("tune")
 def tune(
     model: Annotated[str, typer.Option(help="The model's name in the stack or site")],
-    p99_ms: Annotated[float, typer.Option("--p99-ms", help="SLA: P99 latency bound (ms)")],
+    p99_ms: Annotated[str, typer.Option("--p99-ms", help="SLA: P99 latency bound (ms)")],
     stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     min_throughput: Annotated[
-        float | None, typer.Option(help="SLA: least inferences/s at the highest concurrency")
+        str | None, typer.Option(help="SLA: least inferences/s at the highest concurrency")
     ] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels, e.g. 1,8,16")] = "1,8,16",
     max_batch_size: Annotated[str, typer.Option(help="max_batch_size values swept")] = "8,32",
@@ -132,34 +172,51 @@ def tune(
 ) -> None:
     """Sweep batching and instances with perf_analyzer; write the best config that meets the SLA."""
     from gpuinfra import modeledit
+    from gpuinfra.addons import triton as spec
     from gpuinfra.lab import tune as tune_mod
     from gpuinfra.loading import display_path
 
+    # Every option is checked before a file is read or a server started.
+    bound = _number(
+        p99_ms, "--p99-ms", "a number of milliseconds above 0, e.g. 200 or 12.5", above_zero=True
+    )
+    least = (
+        None
+        if min_throughput is None
+        else _number(
+            min_throughput,
+            "--min-throughput",
+            "a number of inferences/s of 0 or more, e.g. 250",
+            above_zero=False,
+        )
+    )
+    # The values land in the model config's int32 and uint64 fields.
+    grid = tune_mod.Grid(
+        max_batch_sizes=tuple(_levels(max_batch_size, "--max-batch-size", spec.INT32_MAX, "8,32")),
+        queue_delays_us=tuple(
+            _levels(queue_delay_us, "--queue-delay-us", spec.UINT64_MAX, "200,1000")
+        ),
+        instance_counts=tuple(_levels(instances, "--instances", spec.INT32_MAX, "1,2")),
+    )
+    levels = _levels(concurrency, "--concurrency", spec.INT32_MAX, "1,8,16")
+    cost = _stand_in_cost(stand_in_cost_us)
     settings, where, source, records = _source(stack, site)
     found = [m for m in settings.models if m.name == model]
     if not found:
         names = ", ".join(m.name for m in settings.models) or "none"
         raise UsageError(f"{display_path(where.path)}: no model {model!r} (models: {names})")
-    if p99_ms <= 0:
-        raise UsageError("--p99-ms: give a bound above 0")
     # A file config check refuses is refused now, not after minutes of measuring.
     _check_edit(stack, site, where, where.path.read_text("utf-8"))
-    grid = tune_mod.Grid(
-        max_batch_sizes=tuple(_levels(max_batch_size, "--max-batch-size")),
-        queue_delays_us=tuple(_levels(queue_delay_us, "--queue-delay-us")),
-        instance_counts=tuple(_levels(instances, "--instances")),
-    )
-    levels = _levels(concurrency, "--concurrency")
     # The local stand-in is open; a server given by --url may restrict loading to its admin key.
     headers = _admin_headers() if url is not None else {}
     try:
         result = tune_mod.tune(
             found[0],
-            tune_mod.Sla(p99_ms, min_throughput),
+            tune_mod.Sla(bound, least),
             levels,
             grid=grid,
             url=url,
-            stand_in_cost_us=stand_in_cost_us,
+            stand_in_cost_us=cost,
             progress=lambda label: say(f"measuring {label}"),
             headers=headers,
         )
@@ -176,8 +233,8 @@ def tune(
         _record(record, result)
         raise CheckFailed(
             [
-                f"no configuration of {model} meets P99 <= {p99_ms:g} ms"
-                + (f" with >= {min_throughput:g} infer/s" if min_throughput else "")
+                f"no configuration of {model} meets P99 <= {bound:g} ms"
+                + (f" with >= {least:g} infer/s" if least else "")
                 + f"; measurement in {display_path(record)}"
             ]
         )

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import UsageError, excerpt
 from gpuinfra.lab import triton as local
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_main
 
 STACK_TAIL = """\
     triton:
@@ -155,3 +155,106 @@ def test_a_stack_config_check_refuses_is_refused_before_measuring(
     assert "memory 16.0Gi requested, 14.5Gi allocatable" in line
     assert stack.read_text() == text
     assert not (tmp_path / "stacks" / "tuning").exists()
+
+
+P99 = "a number of milliseconds above 0, e.g. 200 or 12.5"
+LEAST = "a number of inferences/s of 0 or more, e.g. 250"
+COST = "two numbers of microseconds from 0 to 1000000, per batch and per item, e.g. 10000,500"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "line"),
+    [
+        *(
+            ("--p99-ms", value, f"--p99-ms {value!r}: {what} (allowed: {P99})")
+            for value, what in (
+                ("nan", "not a number"),
+                ("inf", "not a number"),
+                ("abc", "not a number"),
+                ("1e309", "out of range"),
+                ("0", "out of range"),
+                ("-1", "out of range"),
+            )
+        ),
+        *(
+            ("--min-throughput", value, f"--min-throughput {value!r}: {what} (allowed: {LEAST})")
+            for value, what in (("-1", "out of range"), ("nan", "not a number"), ("inf", "not a number"))
+        ),
+        *(
+            (option, value, f"{option} {excerpt(repr(value), 60)}: {what} (allowed: whole numbers from 1 to {most}, comma-separated, e.g. {example})")
+            for option, most, example in (
+                ("--max-batch-size", 2147483647, "8,32"),
+                ("--instances", 2147483647, "1,2"),
+                ("--queue-delay-us", 18446744073709551615, "200,1000"),
+            )
+            for value, what in (
+                ("1e30", "not a list of whole numbers"),
+                ("\u0661,\u0662", "not a list of whole numbers"),
+                ("8,x", "not a list of whole numbers"),
+                ("0,8", "out of range"),
+                ("-1", "out of range"),
+                (str(most + 1), "out of range"),
+                ("9" * 5000, "out of range"),
+            )
+        ),
+        ("--concurrency", "1,1e3", "--concurrency '1,1e3': not a list of whole numbers (allowed: whole numbers from 1 to 2147483647, comma-separated, e.g. 1,8,16)"),
+        *(
+            ("--stand-in-cost-us", value, f"--stand-in-cost-us {value!r}: {what} (allowed: {COST})")
+            for value, what in (
+                ("abc", "not a cost per batch and per item"),
+                ("10000", "not a cost per batch and per item"),
+                ("1,2,3", "not a cost per batch and per item"),
+                ("nan,500", "not a cost per batch and per item"),
+                ("-1,500", "out of range"),
+                ("10000,1000001", "out of range"),
+            )
+        ),
+    ],
+)  # fmt: skip
+def test_a_bad_option_is_one_line_before_anything_is_read_or_run(
+    option: str,
+    value: str,
+    line: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No Triton and no file: each option is checked before the site is read, a server started
+    or anything measured; the values it sweeps are those the model config's fields hold."""
+    from gpuinfra.cli import triton as command
+    from gpuinfra.lab import tune as tune_mod
+
+    def ran(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tune went past its options")
+
+    monkeypatch.setattr(command, "_source", ran)
+    monkeypatch.setattr(tune_mod, "tune", ran)
+    monkeypatch.setattr(local, "installation", ran)
+    code, out, err = run_main(
+        capsys,
+        *("triton", "tune", "--site", "inventory/example", "--model", "resnet50"),
+        *(("--p99-ms", "200") if option != "--p99-ms" else ()),
+        f"{option}={value}",
+    )
+    assert (code, out) == (2, "")
+    assert err == f"error: {line}\n"
+
+
+def test_good_options_reach_the_site(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The largest values the fields hold, and decimals where a number may have them, pass the
+    checks: the command goes on to read the site."""
+    from gpuinfra.cli import triton as command
+
+    def reached(*args: object, **kwargs: object) -> None:
+        raise UsageError("reached the site")
+
+    monkeypatch.setattr(command, "_source", reached)
+    code, _, err = run_main(
+        capsys,
+        *("triton", "tune", "--site", "inventory/example", "--model", "resnet50"),
+        *("--p99-ms", "12.5", "--min-throughput", "0", "--concurrency", "1, 8,16"),
+        *("--max-batch-size", "1,2147483647", "--instances", "2147483647"),
+        *("--queue-delay-us", "18446744073709551615", "--stand-in-cost-us", "0,1000000"),
+    )
+    assert (code, err) == (2, "error: reached the site\n")
