@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gpuinfra import catalog, gpus
@@ -30,6 +31,20 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # A host carries at most 16 GPUs (8 on an HGX board, 16 on the largest DGX), as the site check's
 # bound on gpu_node_check_expected_gpu_count says.
 MAX_GPUS_PER_NODE = 16
+# An indexed Job's completions and parallelism (the node count): Kubernetes refuses a
+# parallelism above 100,000 in completion mode Indexed, far inside their int32 fields.
+MAX_NODES = 100_000
+# /dev/shm's size limit: at least 1Mi (below, DataLoader workers cannot share a batch) and at
+# most 1Ti (more than a GPU node's memory holds, which the volume is counted against).
+SHM_UNITS = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
+    **{f"{s}i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
+}
+MIN_SHM = Decimal(1024) ** 2
+MAX_SHM = Decimal(1024) ** 4
+SHM_ALLOWED = "1Mi to 1Ti, a number with a suffix such as 64Gi, 512Mi or 64G"
 
 # A DNS-1035 label: a Service's name, which the Job's name is too.
 _DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -96,7 +111,8 @@ class TrainingJob:
     def _name_problems(self) -> list[str]:
         found = []
         # The pods' host names are <name>-<index>, the rendezvous address names pod 0 by it.
-        longest = MAX_LABEL - len(f"-{max(self.nodes, 1) - 1}")
+        # A node count out of range is its own line, not a name too long.
+        longest = MAX_LABEL - len(f"-{min(max(self.nodes, 1), MAX_NODES) - 1}")
         if not _DNS_1035_LABEL.fullmatch(self.name) or len(self.name) > longest:
             found.append(
                 f"NAME {excerpt(repr(self.name))}: not a name for the Job and its Service "
@@ -149,16 +165,12 @@ class TrainingJob:
                 f"--gpus-per-node {self.gpus_per_node}: out of range (allowed: 1 to "
                 f"{MAX_GPUS_PER_NODE}; a host carries at most {MAX_GPUS_PER_NODE} GPUs)"
             )
-        if self.nodes < 1:
-            found.append(f"--nodes {self.nodes}: out of range (allowed: at least 1)")
-        quantity = _QUANTITY.fullmatch(self.shm_size)
-        if not quantity or float(re.split(r"[a-zA-Z]", self.shm_size)[0]) <= 0:
-            unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTPE])(?:i?B|i)", self.shm_size, re.I)
-            hint = f"; did you mean '{unit.group(1)}{unit.group(2).upper()}i'?" if unit else ""
+        if not 1 <= self.nodes <= MAX_NODES:
             found.append(
-                f"--shm-size {excerpt(repr(self.shm_size))}: not a Kubernetes quantity above "
-                f"zero{hint} (allowed: a number with a suffix such as 64Gi, 512Mi or 64G)"
+                f"--nodes {excerpt(str(self.nodes), 40)}: out of range (allowed: 1 to "
+                f"{MAX_NODES}; Kubernetes runs an indexed Job on at most {MAX_NODES} pods)"
             )
+        found += shm_problems(self.shm_size)
         return found
 
     def _network_problems(self) -> list[str]:
@@ -191,6 +203,32 @@ class TrainingJob:
                 "site's data network NCCL bootstraps over, e.g. --socket-ifname ens1f0"
             )
         return found
+
+
+def shm_bytes(text: str) -> Decimal | None:
+    """The bytes a Kubernetes quantity stands for, or None for a value that is not one."""
+    found = _QUANTITY.fullmatch(text)
+    if found is None:
+        return None
+    suffix = found.group(2) or ""
+    return Decimal(text.removesuffix(suffix)) * SHM_UNITS[suffix]
+
+
+def shm_problems(text: str) -> list[str]:
+    """``--shm-size``: a memory quantity from 1Mi to 1Ti, one line when it is not."""
+    shown = f"--shm-size {excerpt(repr(text))}"
+    size = shm_bytes(text)
+    if size is not None and MIN_SHM <= size <= MAX_SHM:
+        return []
+    if size is not None and size > 0:
+        return [f"{shown}: out of range (allowed: {SHM_ALLOWED})"]
+    # A unit written as people write it (64GB, 64 gib): the quantity it likely means, if that
+    # one is allowed and is not what was typed.
+    unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTPE])(?:i?B|i)", text, re.I | re.ASCII)
+    meant = f"{unit.group(1)}{unit.group(2).upper()}i" if unit else None
+    fits = meant is not None and meant != text and MIN_SHM <= (shm_bytes(meant) or 0) <= MAX_SHM
+    hint = f"; did you mean '{meant}'?" if fits else ""
+    return [f"{shown}: not a Kubernetes quantity above zero{hint} (allowed: {SHM_ALLOWED})"]
 
 
 def nccl_env(job: TrainingJob) -> list[dict[str, str]]:

@@ -10,7 +10,7 @@ import yaml
 
 from gpuinfra import schemas, versions, workloads
 from gpuinfra.errors import InputInvalid
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main
 
 K8S = versions.pinned().kubernetes.version
 
@@ -126,7 +126,7 @@ def lines_of(**changes: Any) -> list[str]:
         ({"shm_size": "lots"}, "--shm-size 'lots': not a Kubernetes quantity"),
         ({"gpus_per_node": 0}, "--gpus-per-node 0: out of range (allowed: 1 to 16;"),
         ({"gpus_per_node": 17}, "--gpus-per-node 17: out of range (allowed: 1 to 16;"),
-        ({"nodes": 0}, "--nodes 0: out of range (allowed: at least 1)"),
+        ({"nodes": 0}, "--nodes 0: out of range (allowed: 1 to 100000;"),
         ({"network": "efa", "efa_interfaces": 33}, "--efa-interfaces 33: out of range with --network efa (allowed: 1 to 32, the instance type's EFA interface count; 32 on p5.48xlarge)"),
         ({"efa_interfaces": 4}, "--efa-interfaces 4: only with --network efa (allowed: 0 with --network infiniband)"),
         ({"socket_ifname": "eth 0"}, "--socket-ifname 'eth 0': not an interface name (allowed:"),
@@ -205,3 +205,48 @@ def test_the_command_bounds_efa_interfaces_by_the_catalog(tmp_path: Path) -> Non
     assert bad.stderr.startswith("error: --efa-interfaces 33: out of range with --network efa")
     good = run_cli("workloads", "training", "llm", *common, *image, "--efa-interfaces", "32")
     assert good.code == 0, good.stderr
+
+
+NODES = "allowed: 1 to 100000; Kubernetes runs an indexed Job on at most 100000 pods"
+SHM = "allowed: 1Mi to 1Ti, a number with a suffix such as 64Gi, 512Mi or 64G"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "line"),
+    [
+        ("--nodes", "1" + "0" * 30, f"--nodes 1{'0' * 30}: out of range ({NODES})"),
+        ("--nodes", "2147483648", f"--nodes 2147483648: out of range ({NODES})"),
+        ("--nodes", "100001", f"--nodes 100001: out of range ({NODES})"),
+        ("--shm-size", "9" * 29 + "Ei", f"--shm-size '{'9' * 29}Ei': out of range ({SHM})"),
+        ("--shm-size", "1m", f"--shm-size '1m': out of range ({SHM})"),
+        ("--shm-size", "0.0000001Ki", f"--shm-size '0.0000001Ki': out of range ({SHM})"),
+        ("--shm-size", "1048575", f"--shm-size '1048575': out of range ({SHM})"),
+        ("--shm-size", "1025Gi", f"--shm-size '1025Gi': out of range ({SHM})"),
+        ("--shm-size", "0Gi", f"--shm-size '0Gi': not a Kubernetes quantity above zero ({SHM})"),
+        ("--shm-size", "0GB", f"--shm-size '0GB': not a Kubernetes quantity above zero ({SHM})"),
+        ("--shm-size", "2TB", f"--shm-size '2TB': not a Kubernetes quantity above zero ({SHM})"),
+        ("--shm-size", "64GB", f"--shm-size '64GB': not a Kubernetes quantity above zero; did you mean '64Gi'? ({SHM})"),
+        ("--shm-size", "64 gib", f"--shm-size '64 gib': not a Kubernetes quantity above zero; did you mean '64Gi'? ({SHM})"),
+    ],
+)  # fmt: skip
+def test_the_command_bounds_nodes_and_shm_size(
+    flag: str, value: str, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--nodes lands in the Job's int32 completions and parallelism, which Kubernetes bounds
+    at 100,000 for an indexed Job; --shm-size is a memory size, never a suggestion of itself."""
+    code, out, err = run_main(
+        capsys,
+        *("workloads", "training", "llm", "--namespace", "team-a", "--gpu-type", "h100"),
+        *("--image", "nvcr.io/nvidia/pytorch:25.01-py3", f"{flag}={value}"),
+    )
+    assert (code, out) == (2, "")
+    assert err == f"error: {line}\n"
+
+
+def test_the_bounds_of_nodes_and_shm_size_are_allowed() -> None:
+    for nodes, shm in ((100_000, "1Mi"), (1, "1Ti"), (2, "1.5Gi"), (2, "1048576"), (2, "1T")):
+        obj = workloads.training_job(job(nodes=nodes, shm_size=shm))
+        assert (obj["spec"]["completions"], obj["spec"]["parallelism"]) == (nodes, nodes)
+        volume = obj["spec"]["template"]["spec"]["volumes"][0]
+        assert volume["emptyDir"]["sizeLimit"] == shm
+        assert schemas.core_problems(obj, K8S) == []
