@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -649,6 +650,17 @@ def _walk_group(
                 Problem(file, f"{where}.hosts", "a host without a name (allowed: a host name)")
             )
             continue
+        if not _HOST_NAME.match(str(host_name)):
+            problems.append(
+                Problem(
+                    file,
+                    f"{where}.hosts.{excerpt(str(host_name), 40)}",
+                    "not a host name (allowed: up to 253 letters, digits, '.', '-', '_' or ':', "
+                    "starting with a letter, digit or '_'; a range such as gpu-[01:04] is not "
+                    "expanded here, list each host)",
+                )
+            )
+            continue
         if host_vars is not None and not isinstance(host_vars, dict):
             problems.append(
                 Problem(file, f"{where}.hosts.{host_name}", "host variables must be a mapping")
@@ -677,6 +689,11 @@ def _walk_group(
             problems,
             (*parents, name),
         )
+
+
+# An inventory host name: a DNS name, an IPv4 or IPv6 address, or an alias made of the same
+# characters (a space or a '!' would reach ssh, and the node's Kubernetes name, as written).
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}$")
 
 
 # The vars file extensions Ansible reads (its YAML_FILENAME_EXTENSIONS); a file without one is

@@ -1093,6 +1093,16 @@ CASES: list[Case] = [
         "ansible_host",
         "as a string",
     ),
+    *(
+        site_case(
+            f"site-host-name-{case}",
+            sub(HOSTS, "    gpu-node-02:", f"    {name}:"),
+            HOSTS,
+            f"gpu_nodes.hosts.{name.strip(chr(34))}",
+            "not a host name (allowed: up to 253 letters, digits",
+        )
+        for case, name in (("space", '"gpu node 02!"'), ("range", '"gpu-node-[02:03]"'))
+    ),
     site_case(
         "site-group-key-typo",
         sub(HOSTS, "  hosts:", "  hots:"),
