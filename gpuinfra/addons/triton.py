@@ -183,7 +183,7 @@ class Canary(Settings):
     """A second set of pods for the group's models, given ``weight`` percent of the traffic."""
 
     weight: int = Field(ge=0, le=100)
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=INT32_MAX)
     # Per model of the group: the versions the canary serves instead of stable's policy.
     version_policies: dict[str, VersionPolicy] = Field(default_factory=dict)
 
@@ -200,8 +200,8 @@ class ServingGroup(Settings):
     cpu: Quantity | None = None
     memory: Quantity | None = None
     autoscaling: bool | None = None
-    min_replicas: int | None = Field(default=None, ge=1)
-    max_replicas: int | None = Field(default=None, ge=1)
+    min_replicas: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    max_replicas: int | None = Field(default=None, ge=1, le=INT32_MAX)
     target_cpu_utilization: int | None = Field(default=None, ge=10, le=100)
     canary: Canary | None = None
 
@@ -263,8 +263,12 @@ class TritonSettings(AddonSettings):
         "CPU. It reads the metrics API (metrics-server), which gpuinfra does not install: turn "
         "it on where the cluster has one. Off, the Deployment runs minReplicas pods.",
     )
-    min_replicas: int = Field(default=1, ge=1, description="Fewest pods the autoscaler keeps.")
-    max_replicas: int = Field(default=2, ge=1, description="Most pods the autoscaler starts.")
+    min_replicas: int = Field(
+        default=1, ge=1, le=INT32_MAX, description="Fewest pods the autoscaler keeps."
+    )
+    max_replicas: int = Field(
+        default=2, ge=1, le=INT32_MAX, description="Most pods the autoscaler starts."
+    )
     # CPU, because the HTTP/gRPC front end and pre/post-processing load CPU in step with
     # request rate, and CPU needs no custom-metrics adapter.
     target_cpu_utilization: int = Field(

@@ -121,6 +121,12 @@ def test_metrics_port_is_scraped() -> None:
             "models[0].backend",
             "'onnx' is not allowed",
         ),
+        # Replica counts land in int32 fields of the Deployment and the HorizontalPodAutoscaler.
+        (
+            {"minReplicas": 1, "maxReplicas": 2**31},
+            "maxReplicas",
+            "input should be less than or equal to 2147483647, got 2147483648",
+        ),
         # Each integer the ModelConfig protobuf takes, one past what its field holds.
         (
             {"models": [{"name": "m", "backend": "onnxruntime", "maxBatchSize": 2**31}]},
