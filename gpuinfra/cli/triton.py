@@ -421,7 +421,17 @@ def repository(
 ) -> None:
     """Check an S3 model repository against every version policy some pod serves."""
     from gpuinfra.addons import triton as spec
+    from gpuinfra.ops.http import server
 
+    if endpoint_url is not None:
+        # The option's mistake is the user's: checked before the site or the network.
+        try:
+            server("--endpoint-url", endpoint_url)
+        except UsageError:
+            raise UsageError(
+                f"--endpoint-url {excerpt(repr(endpoint_url), 60)}: not an S3 endpoint (allowed: "
+                "an http:// or https:// URL with a host, a port 1-65535 where given, no query)"
+            ) from None
     settings, _, source, _ = _source(stack, site)
     if not settings.enabled:
         raise UsageError(f"{source}: Triton is not enabled there; no model repository to check")

@@ -123,12 +123,13 @@ def test_no_credentials_is_the_environment_not_a_failed_check(
     assert "AWS_PROFILE" in line
 
 
-def test_an_endpoint_that_is_not_a_url_is_the_argument(tmp_path: Path) -> None:
+@pytest.mark.parametrize("url", ["minio:9000", "ftp://minio", "http://127.0.0.1:99999", "http://"])
+def test_an_endpoint_that_is_not_a_url_is_the_argument(tmp_path: Path, url: str) -> None:
     site = s3_site(tmp_path)
-    result = run_cli("triton", "repository", "--site", str(site), "--endpoint-url", "minio:9000")
+    result = run_cli("triton", "repository", "--site", str(site), "--endpoint-url", url)
     assert result.code == 2
     (line,) = result.stderr.splitlines()
-    assert line.startswith("error: --endpoint-url 'minio:9000': ")
+    assert line.startswith(f"error: --endpoint-url {url!r}: not an S3 endpoint")
     assert "allowed: an http:// or https:// URL" in line
 
 
