@@ -385,10 +385,20 @@ def located_messages(
     located: list[tuple[tuple[str | int, ...], str]] = []
     # A misspelled key also makes the real key "missing": report the spelling first.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    meant: set[tuple[str | int, ...]] = set()
     for err in errors:
         loc = [p for p in err["loc"] if not _is_union_tag(p)]
-        located.append((tuple(loc), _message(err, model, loc)))
+        message = _message(err, model, loc)
+        if err["type"] == "missing" and tuple(loc) in meant:
+            # The misspelling's line already names this key: one mistake, one line.
+            continue
+        if err["type"] == "extra_forbidden" and (hint := _MEANT.search(message)):
+            meant.add((*loc[:-1], hint.group(1)))
+        located.append((tuple(loc), message))
     return located
+
+
+_MEANT = re.compile(r"; did you mean '([^']*)'\?")
 
 
 _UNION_TAG = re.compile(r"^[a-z][a-z-]*\[.*\]$")
@@ -417,6 +427,12 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
         return f"unknown key '{name}'{hint}" + (f" (allowed: {allowed(known)})" if not hint else "")
     if kind == "missing":
         return "required key is missing"
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        # YAML read 12.20 as the number 12.2: the text as written is gone, so say how to keep it.
+        return (
+            f"input should be a valid string, got the number {excerpt(repr(value))}; quote the "
+            "value to keep it as written"
+        )
     if kind == "union_tag_invalid":
         # A tagged union (an alert receiver's type): the tag names which model applies.
         tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))

@@ -840,6 +840,18 @@ CASES: list[Case] = [
         code=1,
     ),
     vers(
+        "versions-key-typo-is-one-line",
+        sub("versions.yaml", 'kubernetes:\n  version: "1.35"', 'kubernetes:\n  versoin: "1.35"'),
+        "kubernetes.versoin",
+        "did you mean 'version'",
+    ),
+    vers(
+        "versions-number-where-text-goes",
+        sub("versions.yaml", 'cuda: "12.2"', "cuda: 12.20"),
+        "nvidia_driver.distro.cuda",
+        "got the number 12.2; quote the value to keep it as written",
+    ),
+    vers(
         "versions-duplicate",
         sub("versions.yaml", "kueue:\n  version:", 'kueue:\n  version: "1"\n  version:'),
         "duplicate key 'version'",
