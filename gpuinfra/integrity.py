@@ -30,7 +30,13 @@ from gpuinfra import addons, autoscaler, catalog, chartdata, gpus, paths
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonsSettings
-from gpuinfra.addons.base import GPU_RESOURCE, GPU_TAINT, GPU_TYPE_LABEL, AddonRender
+from gpuinfra.addons.base import (
+    GPU_RESOURCE,
+    GPU_TAINT,
+    GPU_TYPE_LABEL,
+    AddonRender,
+    quantity_amount,
+)
 from gpuinfra.addons.gpu_operator import (
     MIG_ALL_DISABLED,
     MIG_CONFIG_LABEL,
@@ -435,30 +441,12 @@ def site_nodes(
 
 # --- quantities -----------------------------------------------------------------------------------
 
-_SUFFIXES = {
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "Pi": 1024**5,
-    "Ei": 1024**6,
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "P": 1000**5,
-    "E": 1000**6,
-    "m": 0.001,
-}
-
 
 def quantity(value: Any) -> float:
-    """A Kubernetes quantity ("500m", "64Gi", 8) as a number."""
+    """A Kubernetes quantity ("500m", "64Gi", 8, the exponent form "1E3") as a number."""
     text = str(value).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * _SUFFIXES[suffix]
-    return float(text)
+    amount = quantity_amount(text)
+    return float(amount) if amount is not None else float(text)
 
 
 def _shown(resource: str, amount: float) -> str:

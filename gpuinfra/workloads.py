@@ -18,7 +18,7 @@ from gpuinfra.addons.base import (
     GPU_RESOURCE,
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
-    QUANTITY_PATTERN,
+    quantity_amount,
 )
 from gpuinfra.addons.kueue import SHARED_NAMESPACES
 from gpuinfra.errors import InputInvalid, excerpt
@@ -36,12 +36,6 @@ MAX_GPUS_PER_NODE = 16
 MAX_NODES = 100_000
 # /dev/shm's size limit: at least 1Mi (below, DataLoader workers cannot share a batch) and at
 # most 1Ti (more than a GPU node's memory holds, which the volume is counted against).
-SHM_UNITS = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
-    **{f"{s}i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
-}
 MIN_SHM = Decimal(1024) ** 2
 MAX_SHM = Decimal(1024) ** 4
 SHM_ALLOWED = "1Mi to 1Ti, a number with a suffix such as 64Gi, 512Mi or 64G"
@@ -49,7 +43,6 @@ SHM_ALLOWED = "1Mi to 1Ti, a number with a suffix such as 64Gi, 512Mi or 64G"
 # A DNS-1035 label: a Service's name, which the Job's name is too.
 _DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 MAX_LABEL = 63
-_QUANTITY = re.compile(QUANTITY_PATTERN)
 # A container image reference: [host[:port]/]path[:tag][@digest], as the distribution
 # reference grammar has it.
 _IMAGE = re.compile(
@@ -205,19 +198,10 @@ class TrainingJob:
         return found
 
 
-def shm_bytes(text: str) -> Decimal | None:
-    """The bytes a Kubernetes quantity stands for, or None for a value that is not one."""
-    found = _QUANTITY.fullmatch(text)
-    if found is None:
-        return None
-    suffix = found.group(2) or ""
-    return Decimal(text.removesuffix(suffix)) * SHM_UNITS[suffix]
-
-
 def shm_problems(text: str) -> list[str]:
     """``--shm-size``: a memory quantity from 1Mi to 1Ti, one line when it is not."""
     shown = f"--shm-size {excerpt(repr(text))}"
-    size = shm_bytes(text)
+    size = quantity_amount(text)
     if size is not None and MIN_SHM <= size <= MAX_SHM:
         return []
     if size is not None and size > 0:
@@ -226,7 +210,9 @@ def shm_problems(text: str) -> list[str]:
     # one is allowed and is not what was typed.
     unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTPE])(?:i?B|i)", text, re.I | re.ASCII)
     meant = f"{unit.group(1)}{unit.group(2).upper()}i" if unit else None
-    fits = meant is not None and meant != text and MIN_SHM <= (shm_bytes(meant) or 0) <= MAX_SHM
+    fits = (
+        meant is not None and meant != text and MIN_SHM <= (quantity_amount(meant) or 0) <= MAX_SHM
+    )
     hint = f"; did you mean '{meant}'?" if fits else ""
     return [f"{shown}: not a Kubernetes quantity above zero{hint} (allowed: {SHM_ALLOWED})"]
 

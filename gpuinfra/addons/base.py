@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -42,6 +43,23 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 _QUANTITY = re.compile(QUANTITY_PATTERN)
+# What each suffix of a quantity multiplies by: decimal SI, binary SI and milli.
+QUANTITY_UNITS: dict[str, Decimal] = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
+    **{f"{s}i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
+}
+
+
+def quantity_amount(text: str) -> Decimal | None:
+    """What a quantity QUANTITY_PATTERN takes stands for (bytes, cores), exactly; None for a
+    text that is not one."""
+    found = _QUANTITY.fullmatch(text)
+    if found is None:
+        return None
+    suffix = found.group(2) or ""
+    return Decimal(text.removesuffix(suffix)) * QUANTITY_UNITS[suffix]
 
 
 def _dns_label(value: str) -> str:

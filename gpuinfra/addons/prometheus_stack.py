@@ -7,12 +7,13 @@ other specs put that same label on what they create, so GPU metrics reach Grafan
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from gpuinfra.addons import accounting, alerting
 from gpuinfra.addons.alerting import AlertingSettings
@@ -27,6 +28,7 @@ from gpuinfra.addons.base import (
     Quantity,
     enabled_field,
     metadata,
+    quantity_amount,
     secret_config_key,
 )
 from gpuinfra.versions import Versions
@@ -44,7 +46,8 @@ class PrometheusStackSettings(AddonSettings):
     namespace: Name = Field(default="monitoring", description="Namespace of the release.")
     retention: str = Field(
         default="15d",
-        pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$",
+        # At least 1 of the unit: Prometheus reads 0 as its own default, not as "keep nothing".
+        pattern=r"^0*[1-9][0-9]*(ms|s|m|h|d|w|y)$",
         description="How long Prometheus keeps samples (e.g. 15d).",
     )
     retention_size: str = Field(
@@ -93,6 +96,26 @@ class PrometheusStackSettings(AddonSettings):
         "webhook), the receivers per severity (routes.critical pages, routes.warning goes to the "
         "team's chat; info is only recorded) and the Secret holding their credentials.",
     )
+
+    @field_validator("storage_size")
+    @classmethod
+    def _volume_holds_the_retention(cls, value: str, info: ValidationInfo) -> str:
+        # Prometheus's size units are powers of two (1KB is 1024 bytes). A volume smaller than
+        # the size it may keep fills before the oldest blocks are dropped, and scrapes stop.
+        kept = info.data.get("retention_size")
+        found = re.fullmatch(r"([0-9]+)([A-Z]+)", kept or "")
+        volume = quantity_amount(value)
+        if found is None or volume is None:
+            return value
+        number, unit = found.groups()
+        size = int(number) * 1024 ** ("B", "KB", "MB", "GB", "TB", "PB", "EB").index(unit)
+        if size > volume:
+            raise ValueError(
+                f"{value} is less than the retention size {kept}: the disk fills before "
+                "Prometheus drops old data (allowed: a volume larger than the retention size, "
+                "with room for the WAL)"
+            )
+        return value
 
 
 def values(settings: PrometheusStackSettings, versions: Versions) -> dict[str, Any]:

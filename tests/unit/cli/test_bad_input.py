@@ -1224,6 +1224,20 @@ CASES: list[Case] = [
         "nvidia.com/mig-3g.71gb 1 requested, 0 allocatable",
     ),
     site_case(
+        "site-prometheus-retention-zero",
+        sub(f"{ALL_VARS}/prometheus_stack.yml", "retention: 30d", "retention: 0d"),
+        f"{ALL_VARS}/prometheus_stack.yml",
+        "prometheus_stack_retention",
+        "should match pattern",
+    ),
+    site_case(
+        "site-prometheus-retention-size-past-the-volume",
+        sub(f"{ALL_VARS}/prometheus_stack.yml", "retention_size: 180GB", "retention_size: 201GB"),
+        f"{ALL_VARS}/prometheus_stack.yml",
+        "prometheus_stack_storage_size",
+        "200Gi is less than the retention size 201GB",
+    ),
+    site_case(
         "site-kueue-quota-huge",
         sub(f"{ALL_VARS}/kueue.yml", "gpus: 8", "gpus: 100000"),
         f"{SITE}",
