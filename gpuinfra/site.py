@@ -399,6 +399,18 @@ def _templated(value: Any) -> bool:
     return isinstance(value, Vaulted) or (isinstance(value, str) and "{{" in value)
 
 
+def _declared(key: str, roles_dir: Path | None) -> bool:
+    """Whether a role or playbook of gpuinfra reads ``key``."""
+    specs = role_specs(roles_dir)
+    role = owner(key, specs)
+    return key in _site_var_names(roles_dir) if role is None else key in specs[role]
+
+
+@cache
+def _site_var_names(roles_dir: Path | None) -> frozenset[str]:
+    return frozenset(site_vars(roles_dir))
+
+
 def owner(key: str, specs: dict[str, dict[str, VarSpec]]) -> str | None:
     """The role whose variable ``key`` is, or None for a variable no role declares."""
     # The longest role name that prefixes the key owns it (nvidia_driver vs nvidia_driver_x).
@@ -470,6 +482,8 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
         )
 
     per_file: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    set_by: dict[tuple[str, str, str], str] = {}
+    refused: set[tuple[str, str, str]] = set()
     for kind, target, file in vars_files(path):
         file_shown = display_path(file)
         known = groups if kind == "group" else hosts
@@ -499,6 +513,25 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             continue
         found, converted = _checked(data, file_shown, roles_dir)
         problems.extend(found)
+        # Two files of one group or host that set the same variable of gpuinfra's: Ansible
+        # keeps the one it reads last, and nothing says the other is ignored.
+        # A value already refused is that mistake's one line, in whichever file it stands.
+        refused.update((kind, target, problem.path) for problem in found)
+        for key in converted:
+            first = set_by.setdefault((kind, target, key), file_shown)
+            if (
+                first != file_shown
+                and (kind, target, key) not in refused
+                and _declared(key, roles_dir)
+            ):
+                problems.append(
+                    Problem(
+                        file_shown,
+                        key,
+                        f"also set in {first}, and Ansible keeps only the value of the file it "
+                        f"reads last (allowed: each variable once per {kind})",
+                    )
+                )
         per_file[file_shown] = (kind, target, converted)
     checked_inline: list[tuple[str, dict[str, Any], str | None]] = []
     for group_name, data, host_name in inline:
@@ -546,11 +579,9 @@ def resolved_site(
     roles in ``skip``. ``file(host)`` names where a host's variables come from in a problem;
     ConfigError names every problem."""
     specs = role_specs(roles_dir)
-    typed = site_vars(roles_dir)
 
     def declared(key: str) -> bool:
-        role = owner(key, specs)
-        return key in typed if role is None else role not in skip and key in specs[role]
+        return owner(key, specs) not in skip and _declared(key, roles_dir)
 
     problems: list[Problem] = []
     resolved: dict[str, Host] = {}

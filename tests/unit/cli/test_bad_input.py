@@ -1224,6 +1224,14 @@ CASES: list[Case] = [
         "nvidia.com/mig-3g.71gb 1 requested, 0 allocatable",
     ),
     site_case(
+        "site-variable-in-two-files-of-a-group",
+        put(f"{ALL_VARS}/zz.yml", "prometheus_stack_retention: 10d\nmy_own_setting: 1\n"),
+        f"{ALL_VARS}/zz.yml",
+        "prometheus_stack_retention",
+        f"also set in {ALL_VARS}/prometheus_stack.yml, and Ansible keeps only the value of "
+        "the file it reads last (allowed: each variable once per group)",
+    ),
+    site_case(
         "site-prometheus-retention-zero",
         sub(f"{ALL_VARS}/prometheus_stack.yml", "retention: 30d", "retention: 0d"),
         f"{ALL_VARS}/prometheus_stack.yml",
