@@ -251,6 +251,9 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
     that hold no template directives. ``version`` overrides Chart.yaml's, for a source tree
     whose Chart.yaml carries a development placeholder (gpu-operator's says v1.0.0-devel).
     """
+    if version is not None and not _VERSION.match(version):
+        # An empty --version (an unset shell variable) must not fall back to Chart.yaml's.
+        raise UsageError(f"--version {version!r}: not a chart version (allowed: e.g. 0.19.3)")
     if path.is_dir():
         files = dict(_directory_files(path))
     elif path.is_file():

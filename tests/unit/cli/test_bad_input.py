@@ -1566,6 +1566,13 @@ CASES: list[Case] = [
             ),
         )
     ),
+    arg(
+        "schemas-build-empty-version",
+        ("schemas", "build", "stacks", "--version", "", "--out", "data"),
+        "--version",
+        "not a chart version",
+        key="--version ''",
+    ),
     # schemas --out: a tree of files is written under DIR; a file in the way stops it first.
     *(
         Case(
