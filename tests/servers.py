@@ -96,8 +96,11 @@ def alertmanager(config: Path, workdir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def prometheus(config: Path, data: Path, workdir: Path) -> Iterator[str]:
-    """A real Prometheus on loopback reading ``data`` (a TSDB directory); yields its URL."""
+def prometheus(
+    config: Path, data: Path, workdir: Path, *, retention: str = "3650d"
+) -> Iterator[str]:
+    """A real Prometheus on loopback reading ``data`` (a TSDB directory), keeping samples for
+    ``retention``; yields its URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = [
@@ -105,7 +108,7 @@ def prometheus(config: Path, data: Path, workdir: Path) -> Iterator[str]:
         f"--config.file={config}",
         f"--storage.tsdb.path={data}",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--storage.tsdb.retention.time=3650d",
+        f"--storage.tsdb.retention.time={retention}",
     ]
     with serve(args, f"{url}/-/ready", workdir):
         yield url

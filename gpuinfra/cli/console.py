@@ -75,9 +75,10 @@ def warning(line: str) -> Text:
     return Text.assemble(("warning:", "bold yellow"), " ", line)
 
 
-def warn(line: str) -> None:
-    """One warning on stdout: one line, never wrapped at the terminal's width."""
-    out.print(warning(line), soft_wrap=True)
+def warn(line: str, *, stderr: bool = False) -> None:
+    """One warning on stdout (on stderr where stdout carries a document such as CSV or JSON):
+    one line, never wrapped at the terminal's width."""
+    (err if stderr else out).print(warning(line), soft_wrap=True)
 
 
 def emit(text: str, path: Path | None = None) -> None:

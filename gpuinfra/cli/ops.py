@@ -6,7 +6,7 @@ import csv
 import dataclasses
 import io
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gpuinfra.cli.console import emit, out
+from gpuinfra.cli.console import emit, out, warn
 from gpuinfra.errors import UsageError
 
 report_app = typer.Typer(help="Reports read from a running cluster's Prometheus.")
@@ -40,6 +40,14 @@ def _until(text: str | None) -> datetime:
         # Prometheus has no samples there: the report would read as GPUs nobody used.
         raise UsageError(f"--until {text!r}: in the future (allowed: a time up to now)")
     return moment
+
+
+def _span(span: timedelta) -> str:
+    """A retention as people write it: 400d, 36h, 90m."""
+    for unit, size in (("d", timedelta(days=1)), ("h", timedelta(hours=1))):
+        if span >= size and span % size == timedelta():
+            return f"{span // size}{unit}"
+    return f"{span // timedelta(minutes=1)}m"
 
 
 @report_app.command("gpu-hours")
@@ -78,7 +86,17 @@ def gpu_hours(
             f"--since {since} before --until {end.isoformat(timespec='minutes')} starts before 1970 "
             "(allowed: a window inside Prometheus's time, which starts on 1970-01-01)"
         )
-    rows = gpuhours.gpu_hours(Prometheus(prometheus), window, end, by=keys)
+    server = Prometheus(prometheus)
+    rows = gpuhours.gpu_hours(server, window, end, by=keys)
+    kept = server.retention()
+    if kept is not None and end - window < datetime.now(UTC) - kept:
+        # Samples older than the retention are gone: the report counts only what is left.
+        warn(
+            f"Prometheus at {server.url} keeps {_span(kept)} of samples; the window starts "
+            f"{(end - window):%Y-%m-%d %H:%M} UTC, before its oldest, so GPU-hours before "
+            f"{(datetime.now(UTC) - kept):%Y-%m-%d %H:%M} UTC are missing from the report",
+            stderr=True,
+        )
     shown = [k for k in gpuhours.KEYS if k in keys]
     records = [
         {

@@ -37,6 +37,27 @@ def parse_duration(option: str, text: str) -> timedelta:
     return count * _UNITS[match.group(2)]
 
 
+# Prometheus's duration units, as its flags and its status API write them ("15d", "1y2w").
+_PROM_UNITS = {
+    "y": timedelta(days=365),
+    "w": timedelta(weeks=1),
+    "d": timedelta(days=1),
+    "h": timedelta(hours=1),
+    "m": timedelta(minutes=1),
+    "s": timedelta(seconds=1),
+    "ms": timedelta(milliseconds=1),
+}
+_PROM_DURATION = re.compile(r"^(?:[0-9]+(?:ms|y|w|d|h|m|s))+$")
+
+
+def prometheus_duration(text: str) -> timedelta | None:
+    """A duration as Prometheus writes it, or None for text that is not one."""
+    if not _PROM_DURATION.match(text):
+        return None
+    parts = re.findall(r"([0-9]+)(ms|y|w|d|h|m|s)", text)
+    return sum((int(count) * _PROM_UNITS[unit] for count, unit in parts), timedelta())
+
+
 def promql_duration(window: timedelta) -> str:
     return f"{int(window.total_seconds())}s"
 
@@ -77,6 +98,19 @@ class Prometheus:
         if data.get("resultType") != "vector":
             raise ToolError(f"Prometheus at {self.url}: {promql}: not a vector")
         return [Sample(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+
+    def retention(self) -> timedelta | None:
+        """How long the server keeps samples (its ``storage.tsdb.retention.time``), or None when
+        it does not say: a size limit alone, or a server without the status API (a proxy, a
+        long-term store in front of it)."""
+        try:
+            data = self._api("status/runtimeinfo")
+        except ToolError:
+            return None
+        stated = str(data.get("storageRetention") or "") if isinstance(data, dict) else ""
+        # "15d", "10GiB", or "15d or 10GiB" when both limits are set.
+        times = [d for part in stated.split(" or ") if (d := prometheus_duration(part.strip()))]
+        return times[0] if times else None
 
     def targets(self) -> list[Target]:
         data = self._api("targets", {"state": "active"})

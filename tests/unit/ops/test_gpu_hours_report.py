@@ -18,12 +18,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from gpuinfra.ops.prometheus import prometheus_duration
 from tests import servers
 from tests.conftest import run_cli
 
 from ..addons.conftest import scenario_renders
 
 STEP = 60
+RETENTION = "400d"
 # The window the report covers ends here; the data runs on for a while after it, so that the
 # window's last rule evaluation exists whatever promtool does at its --end.
 END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
@@ -114,8 +116,37 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
     for block in (work / "recorded").iterdir():
         block.rename(data / block.name)
-    with servers.prometheus(config, data, work) as url:
+    # Kept for 400 days: a report over a longer window reaches past the oldest sample.
+    with servers.prometheus(config, data, work, retention=RETENTION) as url:
         yield url
+
+
+def test_a_window_longer_than_the_retention_is_reported_with_a_warning(
+    prometheus_url: str,
+) -> None:
+    result = run_cli(
+        "report", "gpu-hours", "--prometheus", prometheus_url, "--until", UNTIL.isoformat(),
+        "--since", "401d", "--format", "json",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    # The document stays whole on stdout; the warning, one line, goes to stderr.
+    totals = {r["team"]: r["gpu_hours_allocated"] for r in json.loads(result.stdout)["rows"]}
+    # Every sample the server holds: train-a's two GPUs over the 26 hours of data, more than
+    # the 48 GPU-hours of the last 24 hours.
+    assert 48.0 < totals["vision"] <= 52.1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"warning: Prometheus at {prometheus_url} keeps {RETENTION} of samples; the window starts "
+    )
+    assert "are missing from the report" in line
+
+
+def test_a_window_inside_the_retention_has_no_warning(prometheus_url: str) -> None:
+    result = run_cli(
+        "report", "gpu-hours", "--prometheus", prometheus_url, "--until", UNTIL.isoformat(),
+        "--since", "399d", "--format", "csv",
+    )  # fmt: skip
+    assert (result.code, result.stderr) == (0, "")
 
 
 def _report(url: str, *args: str) -> tuple[int, str]:
@@ -195,3 +226,18 @@ def test_a_prometheus_that_does_not_answer_is_exit_3() -> None:
     assert code == 3
     (line,) = output.splitlines()
     assert "does not answer" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("15d", timedelta(days=15)),
+        ("1y2w", timedelta(days=379)),
+        ("36h30m", timedelta(hours=36, minutes=30)),
+        ("500ms", timedelta(milliseconds=500)),
+        ("10GiB", None),
+        ("", None),
+    ],
+)
+def test_retention_reads_as_prometheus_writes_it(text: str, span: timedelta | None) -> None:
+    assert prometheus_duration(text) == span
