@@ -32,7 +32,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
 from gpuinfra.paths import repo_root
-from gpuinfra.suggest import allowed, did_you_mean
+from gpuinfra.suggest import allowed, closest, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -392,13 +392,12 @@ def located_messages(
         if err["type"] == "missing" and tuple(loc) in meant:
             # The misspelling's line already names this key: one mistake, one line.
             continue
-        if err["type"] == "extra_forbidden" and (hint := _MEANT.search(message)):
-            meant.add((*loc[:-1], hint.group(1)))
+        if err["type"] == "extra_forbidden" and (
+            hint := closest(str(loc[-1]), _field_names(model, loc[:-1]))
+        ):
+            meant.add((*loc[:-1], hint))
         located.append((tuple(loc), message))
     return located
-
-
-_MEANT = re.compile(r"; did you mean '([^']*)'\?")
 
 
 _UNION_TAG = re.compile(r"^[a-z][a-z-]*\[.*\]$")

@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Iterable
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """Return ``"; did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice ``word`` most likely misspells, or None when none is close."""
     candidates = sorted(set(choices))
     match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     if not match:
@@ -16,7 +16,13 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
         key = word.lower().replace("_", "").replace("-", "")
         if key in folded:
             match = [folded[key]]
-    return f"; did you mean '{match[0]}'?" if match else ""
+    return match[0] if match else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """Return ``"; did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
+    match = closest(word, choices)
+    return f"; did you mean '{match}'?" if match else ""
 
 
 def allowed(choices: Iterable[str], limit: int = 12) -> str:

@@ -11,10 +11,18 @@ from gpuinfra.errors import ToolError, UsageError
 from gpuinfra.ops.http import server
 
 _DURATION = re.compile(r"^([0-9]+)(m|h|d|w)$")
-_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
-_UNITS["w"] = timedelta(weeks=1)
 
 
+# Prometheus's duration units, as its flags and its status API write them ("15d", "1y2w").
+_PROM_UNITS = {
+    "y": timedelta(days=365),
+    "w": timedelta(weeks=1),
+    "d": timedelta(days=1),
+    "h": timedelta(hours=1),
+    "m": timedelta(minutes=1),
+    "s": timedelta(seconds=1),
+    "ms": timedelta(milliseconds=1),
+}
 # Ten years: far beyond the 15 days the stack keeps by default, and far inside what a
 # timedelta holds.
 LONGEST_WINDOW = timedelta(days=3650)
@@ -29,24 +37,14 @@ def parse_duration(option: str, text: str) -> timedelta:
         not match
         or count == 0
         or len(match.group(1)) > 7
-        or (count * _UNITS[match.group(2)] > LONGEST_WINDOW)
+        or (count * _PROM_UNITS[match.group(2)] > LONGEST_WINDOW)
     ):
         raise UsageError(
             f"{option} {text!r}: not a duration (allowed: 1m to 3650d, e.g. 90m, 24h, 7d, 2w)"
         )
-    return count * _UNITS[match.group(2)]
+    return count * _PROM_UNITS[match.group(2)]
 
 
-# Prometheus's duration units, as its flags and its status API write them ("15d", "1y2w").
-_PROM_UNITS = {
-    "y": timedelta(days=365),
-    "w": timedelta(weeks=1),
-    "d": timedelta(days=1),
-    "h": timedelta(hours=1),
-    "m": timedelta(minutes=1),
-    "s": timedelta(seconds=1),
-    "ms": timedelta(milliseconds=1),
-}
 _PROM_DURATION = re.compile(r"^(?:[0-9]+(?:ms|y|w|d|h|m|s))+$")
 
 
