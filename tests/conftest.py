@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -92,5 +93,13 @@ def closed_port() -> Iterator[int]:
     taken by another test's server before this test connects to it.
     """
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield int(sock.getsockname()[1])
+        # Below 32768, so that it is a port the lab's apt proxy could have (lab.PROXY_PORT_MAX).
+        for port in range(random.randrange(30000, 32000), 32768):
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            break
+        else:
+            pytest.fail("no free loopback port in 30000-32767")
+        yield port

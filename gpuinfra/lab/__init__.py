@@ -45,6 +45,9 @@ SUITE = "bookworm"
 SUITES = {"bookworm": "12", "trixie": "13"}
 INCLUDE = ("systemd-sysv", "openssh-server", "python3", "sudo", "gnupg", "ca-certificates")
 ARCHIVE = "http://deb.debian.org/debian"
+SECURITY_ARCHIVE = "http://deb.debian.org/debian-security"
+# How many dropped mirror connections the lab's proxy reopens for one client (_ACNG_CONF).
+PROXY_RECONNECTS = 10
 _SOURCES = """\
 deb {archive} {suite} main non-free non-free-firmware
 deb {archive} {suite}-updates main non-free non-free-firmware
@@ -85,23 +88,30 @@ SupportDir: /usr/lib/apt-cacher-ng
 Port: {port}
 BindAddress: 127.0.0.1
 ForceManaged: 1
-Remap-debrep: deb.debian.org/debian /debian ; http://deb.debian.org/debian/
+Remap-debrep: deb.debian.org/debian /debian ; {archive}/
 Remap-secdeb: deb.debian.org/debian-security security.debian.org/debian-security \
-/debian-security ; http://deb.debian.org/debian-security/
+/debian-security ; {security}/
 PidFile: {base}/run/pid
 SocketPath: {base}/run/socket
 ExThreshold: 4
-# An upstream that stays silent is given up after 15 s and one more try, so apt gets an error
-# before its own 20 s timeout (roles/node_packages) instead of silence
-# (docs/decisions/0008-bounded-fetches.md).
+# An upstream that stays silent is given up after 15 s, so apt gets an error before its own
+# 20 s timeout (roles/node_packages) instead of silence (docs/decisions/0008-bounded-fetches.md).
 NetworkTimeout: 15
-DlMaxRetries: 1
+# A connection the mirror closes while requests wait on it is opened again. The count is per
+# client and for its whole session (apt keeps one connection to the proxy for a package run);
+# once it is spent, the proxy answers that client 503 for every later file from the mirror,
+# retries included. 1 made one dropped connection fail 131 files of one host's run
+# (docs/decisions/0080-the-proxy-reconnects-to-the-mirror.md).
+DlMaxRetries: {reconnects}
 """
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 # A prefix names containers and images (``<prefix>-<N>``): short enough for a host name label.
 MAX_PREFIX = 40
 # Unprivileged ports, leaving room above the base for the hosts (BASE+N, N <= 32).
 PORT_RANGE = (1024, 65000)
+# apt-cacher-ng 3.7 neither listens on nor connects to a port above 32767 (seen: "Error resolving
+# address for binding" at 32768, and "503 Connection refused" from an upstream on 44315).
+PROXY_PORT_MAX = 32767
 # debootstrap fetches with wget, whose defaults wait 900 s on a silent server and try 20 times.
 _WGETRC = "connect_timeout = 15\nread_timeout = 30\ntries = 3\nwaitretry = 5\n"
 DEBOOTSTRAP_TIMEOUT = 1200
@@ -165,13 +175,17 @@ class Settings:
                 f"{suite_where} {suite[:40]!r}: allowed "
                 + ", ".join(f"{name} (Debian {number})" for name, number in SUITES.items())
             )
+        if not PORT_RANGE[0] <= base <= PORT_RANGE[1]:
+            raise UsageError(
+                f"{base_where} {base}: allowed {PORT_RANGE[0]}-{PORT_RANGE[1]} (unprivileged "
+                "ports; host N listens on the base + N)"
+            )
         proxy = _env_int("GPUINFRA_APT_PROXY_PORT", DEFAULT_PROXY_PORT)
-        for name, value in ((base_where, base), ("GPUINFRA_APT_PROXY_PORT", proxy)):
-            if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
-                raise UsageError(
-                    f"{name} {value}: allowed {PORT_RANGE[0]}-{PORT_RANGE[1]} (unprivileged "
-                    "ports; host N listens on the base + N)"
-                )
+        if not PORT_RANGE[0] <= proxy <= PROXY_PORT_MAX:
+            raise UsageError(
+                f"GPUINFRA_APT_PROXY_PORT {proxy}: allowed {PORT_RANGE[0]}-{PROXY_PORT_MAX} "
+                "(apt-cacher-ng 3.7 listens on no port above)"
+            )
         return cls(prefix=prefix, port_base=base, proxy_port=proxy, suite=suite)
 
     @property
@@ -351,19 +365,33 @@ def proxy_dir() -> Path:
     return CACHE_DIR / "apt-cacher-ng"
 
 
-def ensure_proxy(port: int) -> bool:
-    """Start apt-cacher-ng on 127.0.0.1:port unless one answers there; True when started."""
-    if _listening(port):
-        return False
-    base = proxy_dir()
+def proxy_config(
+    base: Path, port: int, archive: str = ARCHIVE, security: str = SECURITY_ARCHIVE
+) -> str:
+    """apt-cacher-ng's configuration for a proxy kept in ``base`` and listening on 127.0.0.1:port,
+    forwarding Debian's archive and its security archive to ``archive`` and ``security``."""
+    return _ACNG_CONF.format(
+        base=base, port=port, archive=archive, security=security, reconnects=PROXY_RECONNECTS
+    )
+
+
+def start_proxy(base: Path, port: int, config: str) -> None:
+    """Start apt-cacher-ng with ``config`` (``proxy_config``) in ``base`` and wait until it listens."""
     for sub in ("cache", "log", "run", "conf"):
         (base / sub).mkdir(parents=True, exist_ok=True)
-    (base / "conf" / "acng.conf").write_text(_ACNG_CONF.format(base=base, port=port))
+    (base / "conf" / "acng.conf").write_text(config)
     binary = shutil.which("apt-cacher-ng") or "/usr/sbin/apt-cacher-ng"
     if not Path(binary).exists():
         raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
     subprocess.run([binary, "-c", str(base / "conf"), "ForeGround=0"], check=True)
     _wait_for(lambda: _listening(port), 20, f"apt-cacher-ng on 127.0.0.1:{port}")
+
+
+def ensure_proxy(port: int) -> bool:
+    """Start the lab's apt-cacher-ng on 127.0.0.1:port unless one answers there; True when started."""
+    if _listening(port):
+        return False
+    start_proxy(proxy_dir(), port, proxy_config(proxy_dir(), port))
     return True
 
 

@@ -62,6 +62,21 @@ def test_bad_settings_are_usage_errors(prefix: str, port_base: int | None, messa
         lab.Settings.from_env(prefix=prefix, port_base=port_base)
 
 
+@pytest.mark.parametrize("port", ["80", "32768", "65000"])
+def test_a_proxy_port_apt_cacher_ng_cannot_listen_on_is_a_usage_error(
+    port: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", port)
+    with pytest.raises(UsageError) as error:
+        lab.Settings.from_env()
+    assert str(error.value) == (
+        f"GPUINFRA_APT_PROXY_PORT {port}: allowed 1024-32767 "
+        "(apt-cacher-ng 3.7 listens on no port above)"
+    )
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", "32767")
+    assert lab.Settings.from_env().proxy_port == 32767
+
+
 def test_inventory_reaches_each_host_on_loopback(tmp_path: Path) -> None:
     shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
     shared_vars.mkdir(parents=True)

@@ -13,15 +13,20 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuinfra import lab
+from tests.servers import free_port, tool
 
 from .conftest import ROOT, run_playbook_here
 
@@ -113,6 +118,40 @@ def rendered_fetch_bounds(tmp_path: Path) -> str:
     return dest.read_text()
 
 
+def private_apt(
+    tmp_path: Path, config: str = ""
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """This machine's apt-get with the role's fetch bounds and ``config``, and nothing of this
+    machine's apt setup: state, cache and sources in private directories under tmp_path.
+
+    The function it returns runs ``apt-get -q ARGS`` on the sources it is given, for at most 60 s.
+    """
+    bounds = rendered_fetch_bounds(tmp_path)
+    state = tmp_path / "apt"
+    for folder in ("lists/partial", "cache/archives/partial", "parts"):
+        (state / folder).mkdir(parents=True)
+    (state / "apt.conf").write_text(
+        f'Dir::Etc::Parts "{state / "parts"}";\nDir::Etc::Main "/dev/null";\n'
+        f'Dir::State::Lists "{state / "lists"}";\nDir::Cache "{state / "cache"}";\n'
+        'Dir::Etc::SourceParts "/dev/null";\nAPT::Sandbox::User "root";\n'
+        'Debug::NoLocking "true";\nAcquire::Languages "none";\n' + bounds + config
+    )
+
+    def apt_get(sources: str, *args: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
+        (state / "sources.list").write_text(sources)
+        return subprocess.run(
+            ["apt-get", "-q", "-o", f"Dir::Etc::SourceList={state / 'sources.list'}", *args],
+            env={**os.environ, "APT_CONFIG": str(state / "apt.conf")},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return apt_get
+
+
 # One package stanza: an index apt must fetch (an empty one it may take from the Release alone).
 PACKAGES = (
     b"Package: demo\nVersion: 1.0\nArchitecture: amd64\nFilename: pool/demo_1.0_amd64.deb\n"
@@ -185,42 +224,115 @@ def test_an_index_answered_503_is_fetched_again_and_the_refresh_ends(
     # server is queued after that, it never fetches the retried one and waits for good (seen
     # behind the lab's proxy, on by-hash indexes: a 30-minute package run). The role's drop-in
     # retries at once.
-    bounds = rendered_fetch_bounds(tmp_path)
-    state = tmp_path / "apt"
-    for folder in ("lists/partial", "cache/archives/partial", "parts"):
-        (state / folder).mkdir(parents=True)
-    # Only the role's drop-in and this run's private directories: not this machine's apt setup.
-    config = state / "apt.conf"
-    config.write_text(
-        f'Dir::Etc::Parts "{state / "parts"}";\nDir::Etc::Main "/dev/null";\n'
-        f'Dir::State::Lists "{state / "lists"}";\nDir::Cache "{state / "cache"}";\n'
-        'Dir::Etc::SourceParts "/dev/null";\nAPT::Sandbox::User "root";\n'
-        'Debug::NoLocking "true";\nAcquire::Languages "none";\n' + bounds
-    )
+    apt = private_apt(tmp_path)
     with repository_with_one_server_error(by_hash) as (url, requests, failing):
-        (state / "sources.list").write_text(
-            f"deb [trusted=yes] {url} s2 main\ndeb [trusted=yes] {url} s1 main\n"
-        )
         try:
-            result = subprocess.run(
-                [
-                    "apt-get",
-                    "update",
-                    "--error-on=any",
-                    "-q",
-                    "-o",
-                    f"Dir::Etc::SourceList={state / 'sources.list'}",
-                ],
-                env={**os.environ, "APT_CONFIG": str(config)},
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
+            result = apt(
+                f"deb [trusted=yes] {url} s2 main\ndeb [trusted=yes] {url} s1 main\n",
+                "update",
+                "--error-on=any",
             )
         except subprocess.TimeoutExpired:
             pytest.fail(f"apt-get update was still waiting 60 s after one HTTP 503: {requests}")
+    state = tmp_path / "apt"
     assert result.returncode == 0, result.stdout + result.stderr
     assert requests.count(failing) == 2, result.stdout + result.stderr
     lists = sorted(path.name for path in (state / "lists").iterdir())
     assert any(name.endswith("_dists_s2_main_binary-amd64_Packages") for name in lists), lists
     assert any(name.endswith("_dists_s1_main_binary-amd64_Packages") for name in lists), lists
+
+
+DEBS = {f"demo{i}": f"demo{i} ".encode() * 2000 for i in range(30)}
+
+
+@contextlib.contextmanager
+def mirror_that_drops_connections(after: set[int]) -> Iterator[tuple[int, list[str]]]:
+    """A Debian-like mirror of the packages in DEBS on a loopback port below 32768 (apt-cacher-ng
+    3.7 neither listens on nor connects to a port above). After each package whose number is in
+    ``after`` (counted from 1), it ends the connection as a server does: a FIN, no
+    ``Connection: close`` first, with the requests pipelined behind it unanswered. Yields the port
+    and the paths of the drops."""
+    packages = b"".join(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: amd64\n"
+        f"Filename: pool/main/d/{name}_1.0_amd64.deb\nSize: {len(deb)}\n"
+        f"SHA256: {hashlib.sha256(deb).hexdigest()}\nDescription: {name}\n\n".encode()
+        for name, deb in DEBS.items()
+    )
+    release = (
+        "Suite: bookworm\nCodename: bookworm\nDate: Wed, 02 Dec 2026 00:00:00 UTC\n"
+        "Architectures: amd64\nComponents: main\nSHA256:\n"
+        f" {hashlib.sha256(packages).hexdigest()} {len(packages)} main/binary-amd64/Packages\n"
+    ).encode()
+    files = {
+        "/debian/dists/bookworm/Release": release,
+        "/debian/dists/bookworm/main/binary-amd64/Packages": packages,
+        **{f"/debian/pool/main/d/{name}_1.0_amd64.deb": deb for name, deb in DEBS.items()},
+    }
+    served: list[str] = []
+    drops: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+            if not self.path.endswith(".deb"):
+                return
+            served.append(self.path)
+            if len(served) in after:
+                drops.append(self.path)
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+                # Read what is pipelined until the proxy closes too, so the close is a FIN.
+                self.connection.settimeout(5)
+                with contextlib.suppress(OSError):
+                    while self.connection.recv(65536):
+                        pass
+                self.close_connection = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], drops
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (Debian)")
+def test_behind_the_lab_proxy_a_dropped_mirror_connection_fails_no_package(
+    tmp_path: Path,
+) -> None:
+    # Debian's mirrors now and then close a kept-alive connection while requests are queued on it:
+    # four times in this run. The lab's proxy must open it again each time. apt retries a failed
+    # file at once over the same connection to the proxy, so a proxy that gives up on the mirror
+    # for that connection fails every file left in the run (seen: 131 of one host's 152).
+    after = {5, 12, 19, 26}
+    with mirror_that_drops_connections(after) as (mirror_port, drops):
+        proxy_port = free_port()
+        base = tmp_path / "acng"
+        config = lab.proxy_config(
+            base, proxy_port, archive=f"http://127.0.0.1:{mirror_port}/debian"
+        )
+        tool("apt-cacher-ng")
+        lab.start_proxy(base, proxy_port, config)
+        try:
+            apt = private_apt(tmp_path, f'Acquire::http::Proxy "http://127.0.0.1:{proxy_port}";\n')
+            sources = "deb [trusted=yes] http://deb.debian.org/debian bookworm main\n"
+            update = apt(sources, "update", "--error-on=any")
+            assert update.returncode == 0, update.stdout + update.stderr
+            download = apt(sources, "download", *DEBS)
+        finally:
+            os.kill(int((base / "run" / "pid").read_text()), signal.SIGTERM)
+    assert download.returncode == 0, download.stdout + download.stderr
+    assert {path.name: path.read_bytes() for path in tmp_path.glob("*.deb")} == {
+        f"{name}_1.0_amd64.deb": deb for name, deb in DEBS.items()
+    }
+    assert len(drops) == len(after), f"the mirror dropped {len(drops)} connections: {drops}"
