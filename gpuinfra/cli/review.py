@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from gpuinfra.cli.console import emit, render_text, warning
 from gpuinfra.cli.options import AsOf
@@ -70,6 +71,9 @@ def plan_tables(doc: dict[str, Any]) -> list[RenderableType]:
 
     tables: list[RenderableType] = []
     for title, columns, rows in plan_mod.summary_rows(doc):
+        if not rows:
+            tables.append(Text(f"{title}: none"))
+            continue
         table = Table(title=title)
         for column in columns:
             table.add_column(column, overflow="fold")

@@ -470,7 +470,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[Rows]:
     if integrity_findings is not None:
         tables.append(
             (
-                f"{where}: integrity ({len(integrity_findings)} warnings, no errors)",
+                f"{where}: integrity warnings (no errors)",
                 ("rule", "object", "path", "what to change"),
                 [(f["rule"], f["object"], f["path"], f["message"]) for f in integrity_findings],
             )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra import lab
 from gpuinfra.review import diff
 from tests.conftest import ROOT, Result, run_cli
 from tests.unit.review.conftest import GOLDEN
@@ -210,3 +211,19 @@ def test_redactor_hides_stand_ins_whole_and_inside_documents(tmp_path: Path) -> 
         "script": "stacks/run.sh",
         "cidr": "10.0.0.0/16",
     }
+
+
+def test_a_site_without_integrity_warnings_says_none_instead_of_an_empty_table(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "lab" / "group_vars", site / "group_vars")
+    settings = lab.Settings(prefix="gpuinfraunit", root=tmp_path)
+    host = lab.Host("gpuinfraunit-1", 2401, "running")
+    lab.write_inventory(settings, [host], "http://127.0.0.1:8000/", "0" * 40)
+    settings.hosts_file.rename(site / "hosts.yml")
+    result = run_cli("plan", "--site", str(site))
+    assert result.code == 0, result.stderr
+    assert "site site: integrity warnings (no errors): none" in result.stdout.splitlines()
+    assert "what to change" not in result.stdout
+    assert "site site: Kubernetes objects" in result.stdout
