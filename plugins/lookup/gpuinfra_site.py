@@ -25,6 +25,10 @@ description:
   - Builds every add-on's settings from the variables named C(<addon>_<field>) and checks them
     across add-ons, then runs the gpuinfra integrity check of those add-ons against the
     inventory's hosts and their variables, as C(gpuinfra config check --site) does.
+  - First, each inventory source that is a gpuinfra site (a directory, or a hosts file's, holding
+    hosts.yml) has its files checked as C(gpuinfra config check --site) checks them. A
+    misspelt variable of a node role, or one set in two files of a group, is refused there,
+    since the resolved variables cannot tell it from a user's own.
   - An inventory without hosts declares no nodes, so only the settings are checked.
   - Runs on the controller; the gpuinfra package must be importable by the Python running Ansible.
 """
@@ -78,6 +82,9 @@ class LookupModule(LookupBase):
         sources = [str(s) for s in variables.get("ansible_inventory_sources") or []]
         shown = ", ".join(display_path(Path(s)) for s in sources) or "the inventory"
         try:
+            if names:
+                for directory in _site_dirs(sources):
+                    site.load_site(directory)
             settings = addons.settings_from_play(
                 addon_vars, file=lambda addon: f"variables of role {addon}"
             )
@@ -93,3 +100,18 @@ class LookupModule(LookupBase):
         for line in lines:
             display.warning(line)
         return [{"hosts": sorted(checked.hosts), "warnings": lines}]
+
+
+def _site_dirs(sources: list[str]) -> list[Path]:
+    """The gpuinfra sites among the inventory's sources: a directory, or the directory of a
+    hosts file, that holds hosts.yml or hosts.yaml."""
+    found: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if not path.exists():
+            continue  # a host list (``-i host1,host2,``)
+        directory = path if path.is_dir() else path.parent
+        has_hosts = any((directory / name).is_file() for name in ("hosts.yml", "hosts.yaml"))
+        if has_hosts and directory not in found:
+            found.append(directory)
+    return found

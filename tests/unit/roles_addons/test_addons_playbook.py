@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -209,6 +210,25 @@ def test_site_yml_refuses_a_team_in_an_add_ons_namespace_before_the_nodes_change
     # The nodes' play never started: not even a fact was gathered from a host.
     assert "PLAY [GPU nodes]" not in output
     assert "gpu-node-01" not in output
+
+
+def test_site_yml_refuses_a_misspelt_node_variable_as_config_check_does(
+    tmp_path: Path, kubeconfig: Path
+) -> None:
+    """The hosts' variables as Ansible resolved them cannot tell a misspelling from a user's own
+    variable; the site's files can, and site.yml checks them before any host changes."""
+    site = tmp_path / "mysite"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    (site / "host_vars").mkdir()
+    (site / "host_vars" / "gpu-node-01.yml").write_text('nvidia_driver_brnach: "550"\n')
+    proc = _run("playbooks/site.yml", kubeconfig=kubeconfig, inventory=site)
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    assert (
+        "host_vars/gpu-node-01.yml: nvidia_driver_brnach: unknown variable of role "
+        "'nvidia_driver'; did you mean 'nvidia_driver_source'?"
+    ) in output
+    assert "PLAY [GPU nodes]" not in output
 
 
 def test_a_valid_site_passes_the_whole_site_check_with_config_checks_warnings(
