@@ -55,6 +55,10 @@ class Site:
     path: Path
     hosts: dict[str, Host]
     groups: dict[str, list[str]]
+    # What the inventory gives the controller, the implicit localhost the add-on play runs on:
+    # the vars of the group all (group_vars/all, hosts.yml's all: vars). None for a site read
+    # from a play's resolved variables.
+    controller: Host | None = None
 
     @property
     def environment(self) -> str | None:
@@ -541,23 +545,34 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     if problems:
         raise ConfigError(problems)
 
-    # Precedence as Ansible applies it for these sources: all < group < inline group < host.
-    order = {"all": 0, "group": 1, "host": 3}
-    for host in hosts.values():
+    # Precedence as Ansible applies it for these sources: the inventory file's group vars (all's
+    # below a child group's), group_vars/all, other group_vars, the inventory file's host vars,
+    # host_vars. The implicit localhost, which is in no group, gets all's of both kinds.
+    def layers_of(host: Host | None) -> list[tuple[int, str, dict[str, Any]]]:
         layers: list[tuple[int, str, dict[str, Any]]] = []
-        for file_shown, (kind, target, data) in per_file.items():
-            if kind == "group" and (target == "all" or target in host.groups):
-                layers.append((order["all" if target == "all" else "group"], file_shown, data))
-            elif kind == "host" and target == host.name:
-                layers.append((order["host"], file_shown, data))
         for group_name, data, host_name in checked_inline:
-            if host_name == host.name or (host_name is None and group_name in host.groups):
-                layers.append((2 if host_name is None else 3, shown, data))
-        for _rank, origin, data in sorted(layers, key=lambda item: item[0]):
+            if host_name is None and group_name == "all":
+                layers.append((0, shown, data))
+            elif host is not None and host_name is None and group_name in host.groups:
+                layers.append((1, shown, data))
+            elif host is not None and host_name == host.name:
+                layers.append((4, shown, data))
+        for file_shown, (kind, target, data) in per_file.items():
+            if kind == "group" and target == "all":
+                layers.append((2, file_shown, data))
+            elif host is not None and kind == "group" and target in host.groups:
+                layers.append((3, file_shown, data))
+            elif host is not None and kind == "host" and target == host.name:
+                layers.append((5, file_shown, data))
+        return sorted(layers, key=lambda item: item[0])
+
+    controller = Host(name="localhost")
+    for host in [*hosts.values(), controller]:
+        for _rank, origin, data in layers_of(None if host is controller else host):
             for key, value in data.items():
                 host.vars[key] = value
                 host.origin[key] = origin
-    site = Site(name=path.name, path=path, hosts=hosts, groups=groups)
+    site = Site(name=path.name, path=path, hosts=hosts, groups=groups, controller=controller)
     problems = check_versions(site) + _check_addresses(site) + _check_environment(site)
     if problems:
         raise ConfigError(problems)

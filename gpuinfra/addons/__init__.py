@@ -207,7 +207,11 @@ def settings_from_site(site: Site) -> AddonsSettings:
     """Add-on settings of a bare-metal site, from its role variables.
 
     Add-ons are cluster-wide, so every host must see the same value of each add-on variable;
-    a variable that differs between hosts is an error naming both files.
+    a variable that differs between hosts is an error naming both files. A site read from its
+    files also knows what the add-on play sees on the controller (group_vars/all, hosts.yml's
+    all: vars): the settings are those, and a host that sees another value of an add-on
+    variable, or one the controller lacks, is an error naming the file, since this plan would
+    show what the play does not apply.
     """
     if not site.hosts:
         raise ConfigError([Problem(site.name, "", "the site has no hosts")])
@@ -215,11 +219,30 @@ def settings_from_site(site: Site) -> AddonsSettings:
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
     problems: list[Problem] = []
+    controller = site.controller
+    if controller is not None:
+        merged = {k: v for k, v in controller.vars.items() if k.startswith(prefixes)}
+        origin = {k: controller.origin.get(k, site.name) for k in merged}
     for host in site.hosts.values():
         for key, value in host.vars.items():
             if not key.startswith(prefixes):
                 continue
             where = host.origin.get(key, site.name)
+            if controller is not None:
+                if key not in merged or merged[key] != value:
+                    problem = Problem(
+                        where,
+                        key,
+                        f"differs from {origin[key]}, which the add-on play reads on the "
+                        "controller (allowed: add-on settings once, in group_vars/all)"
+                        if key in merged
+                        else "an add-on setting the add-on play never reads: it runs on the "
+                        "controller, which sees group_vars/all and hosts.yml's all: vars only "
+                        "(allowed: add-on settings in group_vars/all)",
+                    )
+                    if problem not in problems:
+                        problems.append(problem)
+                continue
             if key in merged and merged[key] != value:
                 problems.append(
                     Problem(

@@ -28,7 +28,8 @@ description:
   - First, each inventory source that is a gpuinfra site (a directory, or a hosts file's, holding
     hosts.yml) has its files checked as C(gpuinfra config check --site) checks them. A
     misspelt variable of a node role, or one set in two files of a group, is refused there,
-    since the resolved variables cannot tell it from a user's own.
+    since the resolved variables cannot tell it from a user's own; so is an add-on setting
+    outside group_vars/all, which this play, on the controller, would not see.
   - An inventory without hosts declares no nodes, so only the settings are checked.
   - Runs on the controller; the gpuinfra package must be importable by the Python running Ansible.
 """
@@ -84,7 +85,8 @@ class LookupModule(LookupBase):
         try:
             if names:
                 for directory in _site_dirs(sources):
-                    site.load_site(directory)
+                    # Also what this play would not see: an add-on setting outside group_vars/all.
+                    addons.settings_from_site(site.load_site(directory))
             settings = addons.settings_from_play(
                 addon_vars, file=lambda addon: f"variables of role {addon}"
             )

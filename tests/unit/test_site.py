@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -395,3 +399,97 @@ def test_a_resolved_site_refuses_what_load_site_refuses_naming_the_host(roles: P
         "variables of host node-b: gpuinfra_environment: 'production' is not an environment "
         "(allowed: dev, staging, prod)",
     ]
+
+
+def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
+    """Each pair of sources sets one variable; gpuinfra must read the value Ansible reads, for a
+    host and for the implicit localhost the add-on play runs on."""
+    root = tmp_path / "mysite"
+    (root / "group_vars" / "g").mkdir(parents=True)
+    (root / "host_vars").mkdir()
+    inventory = {
+        "all": {
+            "vars": {"v_all_file": "inline all", "v_inline": "inline all"},
+            "children": {
+                "g": {
+                    "vars": {
+                        "v_file_all": "inline g",
+                        "v_file_g": "inline g",
+                        "v_inline": "inline g",
+                    },
+                    "hosts": {
+                        "h1": {"v_host": "inline host", "v_inline_host": "inline host"},
+                    },
+                }
+            },
+        }
+    }
+    (root / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (root / "group_vars" / "all.yml").write_text(
+        yaml.safe_dump({"v_all_file": "file all", "v_file_all": "file all", "v_all_g": "file all"})
+    )
+    (root / "group_vars" / "g" / "main.yml").write_text(
+        yaml.safe_dump({"v_file_g": "file g", "v_all_g": "file g", "v_inline_host": "file g"})
+    )
+    (root / "host_vars" / "h1.yml").write_text(yaml.safe_dump({"v_host": "file host"}))
+    names = sorted(
+        {"v_all_file", "v_inline", "v_file_all", "v_file_g", "v_all_g", "v_host", "v_inline_host"}
+    )
+    loaded = site.load_site(root)
+    assert loaded.controller is not None
+    ansible = Path(sys.executable).parent / "ansible"
+    for host, ours in (("h1", loaded.hosts["h1"].vars), ("localhost", loaded.controller.vars)):
+        expression = "{{ [" + ", ".join(f"{n} | default('-')" for n in names) + "] }}"
+        result = subprocess.run(
+            [
+                *(str(ansible), "-i", str(root / "hosts.yml"), host, "-c", "local", "-o"),
+                *("-m", "debug", "-a", f"msg={expression}"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            cwd=tmp_path,
+        )
+        theirs = json.loads(result.stdout.split("=>", 1)[1])["msg"]
+        assert dict(zip(names, theirs, strict=True)) == {n: ours.get(n, "-") for n in names}, host
+    # The pairs where the inventory file's own vars lose to a vars file of a parent group.
+    assert loaded.hosts["h1"].vars["v_file_all"] == "file all"
+    assert loaded.hosts["h1"].vars["v_inline_host"] == "inline host"
+    assert loaded.controller.vars["v_inline"] == "inline all"
+
+
+@pytest.mark.parametrize(
+    ("where", "setting", "message"),
+    [
+        (
+            "group_vars/gpu_nodes/kueue.yml",
+            "kueue_enabled: false\n",
+            "kueue_enabled: differs from inventory/mysite/group_vars/all/kueue.yml, which the "
+            "add-on play reads on the controller (allowed: add-on settings once, in group_vars/all)",
+        ),
+        (
+            "host_vars/gpu-node-01.yml",
+            "loki_storage_class: fast\n",
+            "loki_storage_class: an add-on setting the add-on play never reads: it runs on the "
+            "controller, which sees group_vars/all and hosts.yml's all: vars only (allowed: "
+            "add-on settings in group_vars/all)",
+        ),
+    ],
+)
+def test_an_add_on_setting_the_add_on_play_does_not_read_is_refused(
+    tmp_path: Path, where: str, setting: str, message: str
+) -> None:
+    # The plan would take the hosts' value while the play, on the controller, applies another.
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "inventory" / "example", root / "inventory" / "mysite")
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    (root / "inventory" / "mysite" / where).parent.mkdir(parents=True, exist_ok=True)
+    (root / "inventory" / "mysite" / where).write_text(setting)
+    result = run_cli("config", "check", "--site", "inventory/mysite", root=root, cwd=root)
+    assert result.code == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [f"error: inventory/mysite/{where}: {message}"]
+    # The same value as group_vars/all's is what the play reads too.
+    (root / "inventory" / "mysite" / where).write_text("kueue_enabled: true\n")
+    assert run_cli("config", "check", "--site", "inventory/mysite", root=root, cwd=root).code == 0

@@ -283,7 +283,8 @@ def test_a_missing_prerequisite_stops_the_play_with_the_cores_message_and_change
 
 # What `config check --site` refuses across add-ons and hosts, written into a copy of the example
 # site: (file of the site, text it holds, text that replaces it, what the play's message names
-# where config check names the file that set the variable; None: the same, the site).
+# where config check names the file that set the variable; None: the same). The play checks the
+# site's files first, as config check does, so a mistake in a file is named by its file.
 WHOLE_SITE_MISTAKES = {
     # The team's namespace would take Kueue's queue label and Pod Security level over the
     # Prometheus stack's own.
@@ -291,7 +292,7 @@ WHOLE_SITE_MISTAKES = {
         "group_vars/all/kueue.yml",
         "  - inference\n",
         "  - inference\n  - monitoring\n",
-        "variables of role kueue",
+        None,
     ),
     # No host offers the L4s that Triton selects and Kueue's l4 flavor gives out (integrity).
     "GPU type no host offers": (

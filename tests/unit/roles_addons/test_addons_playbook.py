@@ -212,22 +212,37 @@ def test_site_yml_refuses_a_team_in_an_add_ons_namespace_before_the_nodes_change
     assert "gpu-node-01" not in output
 
 
-def test_site_yml_refuses_a_misspelt_node_variable_as_config_check_does(
-    tmp_path: Path, kubeconfig: Path
+@pytest.mark.parametrize(
+    ("where", "setting", "message"),
+    [
+        (
+            "host_vars/gpu-node-01.yml",
+            'nvidia_driver_brnach: "550"\n',
+            "host_vars/gpu-node-01.yml: nvidia_driver_brnach: unknown variable of role "
+            "'nvidia_driver'; did you mean 'nvidia_driver_source'?",
+        ),
+        (
+            "group_vars/gpu_nodes/kueue.yml",
+            "kueue_enabled: false\n",
+            "group_vars/gpu_nodes/kueue.yml: kueue_enabled: differs from ",
+        ),
+    ],
+    ids=["misspelt-node-variable", "add-on-setting-outside-all"],
+)
+def test_site_yml_refuses_in_the_sites_files_what_config_check_refuses(
+    tmp_path: Path, kubeconfig: Path, where: str, setting: str, message: str
 ) -> None:
     """The hosts' variables as Ansible resolved them cannot tell a misspelling from a user's own
-    variable; the site's files can, and site.yml checks them before any host changes."""
+    variable, and the controller's cannot show a setting made for the hosts only; the site's
+    files can, and site.yml checks them before any host changes."""
     site = tmp_path / "mysite"
     shutil.copytree(ROOT / "inventory" / "example", site)
-    (site / "host_vars").mkdir()
-    (site / "host_vars" / "gpu-node-01.yml").write_text('nvidia_driver_brnach: "550"\n')
+    (site / where).parent.mkdir(exist_ok=True)
+    (site / where).write_text(setting)
     proc = _run("playbooks/site.yml", kubeconfig=kubeconfig, inventory=site)
     output = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2, output
-    assert (
-        "host_vars/gpu-node-01.yml: nvidia_driver_brnach: unknown variable of role "
-        "'nvidia_driver'; did you mean 'nvidia_driver_source'?"
-    ) in output
+    assert message in output
     assert "PLAY [GPU nodes]" not in output
 
 
