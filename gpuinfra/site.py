@@ -464,6 +464,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {}
     inline: list[tuple[str, dict[str, Any], str | None]] = []
+    depths: dict[str, int] = {}
     document = load_yaml(hosts_file)
     shown = display_path(hosts_file)
     if document is None:
@@ -479,7 +480,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     if not isinstance(document, dict):
         raise ConfigError([Problem(shown, "", "an inventory must be a mapping of groups")])
     for group, body in document.items():
-        _walk_group(str(group), body, shown, str(group), hosts, groups, inline, problems)
+        _walk_group(str(group), body, shown, str(group), hosts, groups, inline, problems, depths)
     if not hosts and not problems:
         problems.append(
             Problem(shown, "", "the inventory has no hosts (allowed: at least one host)")
@@ -547,23 +548,35 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
 
     # Precedence as Ansible applies it for these sources: the inventory file's group vars (all's
     # below a child group's), group_vars/all, other group_vars, the inventory file's host vars,
-    # host_vars. The implicit localhost, which is in no group, gets all's of both kinds.
-    def layers_of(host: Host | None) -> list[tuple[int, str, dict[str, Any]]]:
-        layers: list[tuple[int, str, dict[str, Any]]] = []
+    # host_vars. Among groups, Ansible's order: by depth, then ansible_group_priority (set in the
+    # inventory file only), then name. The implicit localhost, which is in no group, gets all's
+    # of both kinds.
+    priority: dict[str, int] = {}
+    for group_name, data, host_name in checked_inline:
+        if host_name is None and isinstance(data.get("ansible_group_priority"), int):
+            priority[group_name] = data["ansible_group_priority"]
+
+    def group_order(group: str) -> tuple[int, int, str]:
+        return depths.get(group, 1), priority.get(group, 1), group
+
+    Layer = tuple[tuple[int, tuple[int, int, str]], str, dict[str, Any]]
+
+    def layers_of(host: Host | None) -> list[Layer]:
+        layers: list[Layer] = []
         for group_name, data, host_name in checked_inline:
             if host_name is None and group_name == "all":
-                layers.append((0, shown, data))
+                layers.append(((0, group_order("all")), shown, data))
             elif host is not None and host_name is None and group_name in host.groups:
-                layers.append((1, shown, data))
+                layers.append(((1, group_order(group_name)), shown, data))
             elif host is not None and host_name == host.name:
-                layers.append((4, shown, data))
+                layers.append(((4, group_order("")), shown, data))
         for file_shown, (kind, target, data) in per_file.items():
             if kind == "group" and target == "all":
-                layers.append((2, file_shown, data))
+                layers.append(((2, group_order("all")), file_shown, data))
             elif host is not None and kind == "group" and target in host.groups:
-                layers.append((3, file_shown, data))
+                layers.append(((3, group_order(target)), file_shown, data))
             elif host is not None and kind == "host" and target == host.name:
-                layers.append((5, file_shown, data))
+                layers.append(((5, group_order("")), file_shown, data))
         return sorted(layers, key=lambda item: item[0])
 
     controller = Host(name="localhost")
@@ -667,9 +680,13 @@ def _walk_group(
     groups: dict[str, list[str]],
     inline: list[tuple[str, dict[str, Any], str | None]],
     problems: list[Problem],
+    depths: dict[str, int],
     parents: tuple[str, ...] = (),
 ) -> None:
     groups.setdefault(name, [])
+    # Ansible's depth of a group: how far below all it stands, by its longest path.
+    depth = sum(1 for group in (*parents, name) if group != "all")
+    depths[name] = max(depths.get(name, 0), depth)
     if body is None:
         return
     if not isinstance(body, dict):
@@ -733,6 +750,7 @@ def _walk_group(
             groups,
             inline,
             problems,
+            depths,
             (*parents, name),
         )
 

@@ -420,7 +420,13 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
                     "hosts": {
                         "h1": {"v_host": "inline host", "v_inline_host": "inline host"},
                     },
-                }
+                    "children": {"g_child": {"hosts": {"h1": None}}},
+                },
+                # Groups of one depth: by ansible_group_priority, then by name.
+                "b": {"hosts": {"h1": None}},
+                "a": {"hosts": {"h1": None}},
+                "p_hi": {"vars": {"ansible_group_priority": 10}, "hosts": {"h1": None}},
+                "p_lo": {"hosts": {"h1": None}},
             },
         }
     }
@@ -432,8 +438,18 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
         yaml.safe_dump({"v_file_g": "file g", "v_all_g": "file g", "v_inline_host": "file g"})
     )
     (root / "host_vars" / "h1.yml").write_text(yaml.safe_dump({"v_host": "file host"}))
+    for group, name, value in (
+        ("g_child", "v_depth", "child"),
+        ("a", "v_sibling", "a"),
+        ("b", "v_sibling", "b"),
+        ("p_hi", "v_priority", "hi"),
+        ("p_lo", "v_priority", "lo"),
+    ):
+        (root / "group_vars" / f"{group}.yml").write_text(yaml.safe_dump({name: value}))
+    (root / "group_vars" / "g" / "depth.yml").write_text(yaml.safe_dump({"v_depth": "g"}))
     names = sorted(
         {"v_all_file", "v_inline", "v_file_all", "v_file_g", "v_all_g", "v_host", "v_inline_host"}
+        | {"v_depth", "v_sibling", "v_priority"}
     )
     loaded = site.load_site(root)
     assert loaded.controller is not None
@@ -457,6 +473,11 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
     assert loaded.hosts["h1"].vars["v_file_all"] == "file all"
     assert loaded.hosts["h1"].vars["v_inline_host"] == "inline host"
     assert loaded.controller.vars["v_inline"] == "inline all"
+    assert [loaded.hosts["h1"].vars[n] for n in ("v_depth", "v_sibling", "v_priority")] == [
+        "child",
+        "b",
+        "hi",
+    ]
 
 
 @pytest.mark.parametrize(
