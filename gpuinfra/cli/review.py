@@ -133,7 +133,8 @@ def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
                         str(change.old),
                         str(change.new),
                     )
-        tables.append(table)
+        # A target with nothing to list (unchanged) is its title alone, not an empty table.
+        tables.append(table if table.row_count else Text(f"{target.target}: {target.status}"))
     return tables
 
 

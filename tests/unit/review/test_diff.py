@@ -284,3 +284,13 @@ def test_a_change_that_adds_a_policy_violation_fails_the_diff(clone: Clone) -> N
     assert added.startswith("monthly-cost-ceiling: ")
     (line,) = result.stderr.strip().splitlines()
     assert line == f"error: stack dev: policy {added}"
+
+
+def test_an_unchanged_target_is_one_line_not_an_empty_table(clone: Clone) -> None:
+    repo = clone(
+        "Reword the README", lambda root: replace(root / "README.md", "# gpuinfra", "# GPUs")
+    )
+    result = run_diff(repo, "--stack", "dev")
+    assert result.code == 0, result.stderr
+    assert "stack dev: unchanged" in result.stdout.splitlines()
+    assert "section" not in result.stdout
