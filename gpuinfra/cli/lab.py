@@ -83,7 +83,10 @@ def lab_status(prefix: Prefix = None, port_base: PortBase = None) -> None:
     for host in lab_mod.hosts(settings):
         style = "green" if host.state == "running" else "yellow"
         table.add_row(host.name, f"[{style}]{host.state}[/]", f"127.0.0.1:{host.port}")
-    out.print(table)
+    if table.row_count:
+        out.print(table)
+    else:
+        out.print(f"lab {settings.prefix}: no hosts (`gpuinfra lab up` starts them)")
     proxy = "running" if lab_mod.proxy_listening(settings.proxy_port) else "not running"
     out.print(f"apt proxy 127.0.0.1:{settings.proxy_port}: {proxy}")
 

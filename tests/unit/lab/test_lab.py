@@ -11,6 +11,7 @@ import pytest
 
 from gpuinfra import lab
 from gpuinfra.errors import UsageError
+from tests.conftest import ROOT, run_cli
 
 
 def test_settings_come_from_options_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,8 +131,6 @@ def test_forget_facts_removes_the_named_hosts_cached_facts_only(tmp_path: Path) 
 def test_the_lab_site_plans_without_an_integrity_error(tmp_path: Path) -> None:
     """The main job ends with the lab site's plan: its inventory, with the committed group_vars,
     must hold together (the lab's hosts are no cluster's GPU nodes)."""
-    from tests.conftest import ROOT, run_cli
-
     shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
     shared_vars.parent.mkdir(parents=True)
     shared_vars.symlink_to(ROOT / "inventory" / "lab" / "group_vars")
@@ -171,3 +170,11 @@ def test_a_proxy_that_sits_out_sigterm_is_killed(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_status_of_a_lab_without_hosts_says_so_in_one_line() -> None:
+    result = run_cli("lab", "status", "--prefix", "gpuinfranohosts")
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "lab gpuinfranohosts: no hosts (`gpuinfra lab up` starts them)"
+    )
