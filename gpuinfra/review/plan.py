@@ -9,7 +9,7 @@ same commit always gives byte-identical JSON and ``gpuinfra.review.diff`` can co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -365,23 +365,52 @@ def _host_versions(
     defaults: Mapping[str, Mapping[str, Any]],
     pins: versions_mod.Versions,
 ) -> dict[str, Any]:
-    source = str(
-        variables.get(
-            "nvidia_driver_source",
-            defaults.get("nvidia_driver", {}).get("nvidia_driver_source", "distro"),
-        )
-    )
+    """What the node roles install on a host, as far as the inventory tells: the sources its
+    variables choose, and, for an entry that pins a build per Debian release, each release's
+    build (the host's own release is a fact, read when the roles run)."""
+
+    def chosen(role: str, name: str, default: str) -> str:
+        return str(variables.get(name, defaults.get(role, {}).get(name, default)))
+
+    source = chosen("nvidia_driver", "nvidia_driver_source", "distro")
     driver = pins.driver(source)
+    containerd_source = chosen(
+        "nvidia_container_toolkit", "nvidia_container_toolkit_containerd_source", "distro"
+    )
+    containerd = pins.containerd_docker if containerd_source == "docker" else pins.containerd
     return {
         "nvidia_driver": {
             "source": source,
             "version": driver.version,
             "cuda": pins.cuda_for(driver),
+            **_by_release(driver, lambda pinned: pinned or pins.cuda_for(driver)),
         },
         "nvidia_container_toolkit": pins.nvidia_container_toolkit.version,
-        "containerd": pins.containerd.version,
+        "containerd": {
+            "source": containerd_source,
+            "version": containerd.version,
+            **_by_release(containerd),
+        },
         "kubernetes": pins.kubernetes.version,
     }
+
+
+def _by_release(
+    entry: versions_mod.Component, cuda: Callable[[str | None], str] | None = None
+) -> dict[str, Any]:
+    """``by_release``: the version each Debian release installs (with the CUDA version it
+    serves, given ``cuda`` for a driver), where the entry pins builds of other releases than its
+    own suite's; nothing otherwise."""
+    if not entry.releases:
+        return {}
+
+    def shown(version: str, pinned_cuda: str | None) -> str:
+        return version if cuda is None else f"{version} (CUDA {cuda(pinned_cuda)})"
+
+    builds = {entry.suites()[0]: shown(entry.version, None)}
+    for suite, pin in entry.releases.items():
+        builds[suite] = shown(pin.version, pin.cuda)
+    return {"by_release": builds}
 
 
 # --- summaries for people ----------------------------------------------------------------------
@@ -392,6 +421,18 @@ Rows = tuple[str, tuple[str, ...], list[tuple[str, ...]]]
 def _brief(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _installed(pin: Any) -> str:
+    """A host's pin as a person reads it: its source, then the build of each Debian release
+    (``distro: bookworm 535.261.03 (CUDA 12.2), trixie 550.163.01 (CUDA 12.4)``)."""
+    if not isinstance(pin, Mapping):
+        return _brief(pin or "")
+    if pin.get("by_release"):
+        builds = ", ".join(f"{suite} {build}" for suite, build in pin["by_release"].items())
+    else:
+        builds = str(pin.get("version", "")) + (f" (CUDA {pin['cuda']})" if pin.get("cuda") else "")
+    return f"{pin.get('source', '')}: {builds}"
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[Rows]:
@@ -413,13 +454,14 @@ def summary_rows(doc: Mapping[str, Any]) -> list[Rows]:
         tables.append(
             (
                 f"{where}: {len(doc['hosts'])} hosts",
-                ("host", "groups", "roles", "driver"),
+                ("host", "groups", "roles", "driver", "containerd"),
                 [
                     (
                         h["name"],
                         ", ".join(h["groups"]),
                         ", ".join(sorted(h["roles"])),
-                        _brief(h["versions"].get("nvidia_driver", "")),
+                        _installed(h["versions"].get("nvidia_driver")),
+                        _installed(h["versions"].get("containerd")),
                     )
                     for h in doc["hosts"]
                 ],

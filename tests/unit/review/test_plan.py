@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuinfra import lab
 from gpuinfra.review import diff
@@ -227,3 +228,35 @@ def test_a_site_without_integrity_warnings_says_none_instead_of_an_empty_table(
     assert "site site: integrity warnings (no errors): none" in result.stdout.splitlines()
     assert "what to change" not in result.stdout
     assert "site site: Kubernetes objects" in result.stdout
+
+
+def test_a_hosts_plan_shows_the_containerd_its_source_installs_and_each_releases_build(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "mysite"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    (site / "host_vars").mkdir()
+    (site / "host_vars" / "gpu-node-02.yml").write_text(
+        "nvidia_container_toolkit_containerd_source: docker\n"
+    )
+    result = run_cli("plan", "--site", str(site), "--format", "json")
+    assert result.code == 0, result.stderr
+    hosts = {h["name"]: h["versions"] for h in json.loads(result.stdout)["hosts"]}
+    pins = yaml.safe_load((ROOT / "versions.yaml").read_text())
+    debian, docker = pins["containerd"], pins["containerd_docker"]
+    assert hosts["gpu-node-01"]["containerd"] == {
+        "source": "distro",
+        "version": debian["version"],
+        "by_release": {
+            "bookworm": debian["version"],
+            "trixie": debian["releases"]["trixie"]["version"],
+        },
+    }
+    assert hosts["gpu-node-02"]["containerd"]["source"] == "docker"
+    assert hosts["gpu-node-02"]["containerd"]["version"] == docker["version"]
+    driver = pins["nvidia_driver"]["distro"]
+    trixie = driver["releases"]["trixie"]
+    assert hosts["gpu-node-01"]["nvidia_driver"]["by_release"] == {
+        "bookworm": f"{driver['version']} (CUDA {driver['cuda']})",
+        "trixie": f"{trixie['version']} (CUDA {trixie['cuda']})",
+    }
