@@ -395,6 +395,20 @@ def ensure_proxy(port: int) -> bool:
     return True
 
 
+def proxy_outdated(port: int) -> bool:
+    """Whether the lab's running apt-cacher-ng was started with another configuration than this
+    checkout writes (an older gpuinfra's): it reads its configuration only when it starts, and
+    it serves every lab, so it is not restarted under another lab's run."""
+    written = proxy_dir() / "conf" / "acng.conf"
+    pid = _read_pid(proxy_dir() / "run" / "pid")
+    if not _listening(port) or pid is None or "apt-cacher-ng" not in _cmdline(pid):
+        return False
+    try:
+        return written.read_text() != proxy_config(proxy_dir(), port)
+    except OSError:
+        return False
+
+
 # Seconds apt-cacher-ng gets to stop on SIGTERM. It has sat one out and gone on serving (seen
 # after it had answered apt with 503s for an upstream that dropped it); it is the lab's own
 # process and only a cache, so it is then killed.
@@ -738,6 +752,11 @@ def up(
         raise UsageError("the lab runs podman as root: run it as root")
     if ensure_proxy(settings.proxy_port):
         log(f"apt proxy started on 127.0.0.1:{settings.proxy_port}")
+    elif proxy_outdated(settings.proxy_port):
+        log(
+            f"apt proxy on 127.0.0.1:{settings.proxy_port} runs an older configuration; it takes "
+            "this one when it restarts, after `gpuinfra lab down` of every lab"
+        )
     image = ensure_image(settings.proxy_port, log, settings.suite)
     existing = {h.name: h for h in hosts(settings)}
     wanted: list[Host] = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from gpuinfra import lab
 from gpuinfra.errors import UsageError
 from tests.conftest import ROOT, run_cli
+from tests.servers import free_port, tool
 
 
 def test_settings_come_from_options_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,3 +181,22 @@ def test_the_status_of_a_lab_without_hosts_says_so_in_one_line() -> None:
     assert result.stdout.splitlines()[0] == (
         "lab gpuinfranohosts: no hosts (`gpuinfra lab up` starts them)"
     )
+
+
+def test_a_running_proxy_started_with_an_older_configuration_is_told_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # apt-cacher-ng reads its configuration when it starts: one an older checkout started keeps
+    # the older settings (DlMaxRetries 1, decision 0080) until the last lab goes down.
+    monkeypatch.setattr(lab, "CACHE_DIR", tmp_path)
+    port = free_port()
+    current = lab.proxy_config(lab.proxy_dir(), port)
+    assert "DlMaxRetries: 10\n" in current
+    tool("apt-cacher-ng")
+    lab.start_proxy(lab.proxy_dir(), port, current.replace("DlMaxRetries: 10", "DlMaxRetries: 1"))
+    try:
+        assert lab.proxy_outdated(port) is True
+        (lab.proxy_dir() / "conf" / "acng.conf").write_text(current)
+        assert lab.proxy_outdated(port) is False
+    finally:
+        os.kill(int((lab.proxy_dir() / "run" / "pid").read_text()), signal.SIGTERM)
