@@ -59,6 +59,8 @@ class Site:
     # the vars of the group all (group_vars/all, hosts.yml's all: vars). None for a site read
     # from a play's resolved variables.
     controller: Host | None = None
+    # The inventory file Ansible is given (hosts.yml or hosts.yaml); None for a resolved site.
+    inventory: Path | None = None
 
     @property
     def environment(self) -> str | None:
@@ -585,7 +587,14 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             for key, value in data.items():
                 host.vars[key] = value
                 host.origin[key] = origin
-    site = Site(name=path.name, path=path, hosts=hosts, groups=groups, controller=controller)
+    site = Site(
+        name=path.name,
+        path=path,
+        hosts=hosts,
+        groups=groups,
+        controller=controller,
+        inventory=hosts_file,
+    )
     problems = check_versions(site) + _check_addresses(site) + _check_environment(site)
     if problems:
         raise ConfigError(problems)

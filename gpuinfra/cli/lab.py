@@ -177,6 +177,7 @@ def converge(
     site_dir = site or lab_mod.Settings.from_env().inventory_dir
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
+    inventory = loaded.inventory or site_dir / "hosts.yml"
     book = runner.find_playbook(playbook)
     # A lab's apt proxy and stand-in repository answer before anything runs on its hosts.
     lab_mod.check_lab_sources(site_dir)
@@ -187,7 +188,7 @@ def converge(
         with live:
             result = runner.converge(
                 book,
-                site_dir / "hosts.yml",
+                inventory,
                 limit=limit,
                 on_event=lambda _e, p: live.update(_live_view(p, started)),
                 vault_password_file=vault_password_file,
@@ -196,7 +197,7 @@ def converge(
         shown: dict[str, str] = {}
         result = runner.converge(
             book,
-            site_dir / "hosts.yml",
+            inventory,
             limit=limit,
             on_event=lambda e, p: _log_line(out, e, p, started, shown),
             vault_password_file=vault_password_file,

@@ -18,11 +18,15 @@ from tests.conftest import ROOT
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
-def test_converge_reports_progress_tables_and_the_failed_host(tmp_path: Path, cli: Any) -> None:
+# A site's inventory may be hosts.yaml, as config check allows.
+@pytest.mark.parametrize("inventory", ["hosts.yml", "hosts.yaml"])
+def test_converge_reports_progress_tables_and_the_failed_host(
+    tmp_path: Path, cli: Any, inventory: str
+) -> None:
     (tmp_path / "library").mkdir()
     (tmp_path / "library" / "gpu_node_check.py").write_text(CHECK_MODULE)
     (tmp_path / "play.yml").write_text(PLAYBOOK)
-    (tmp_path / "hosts.yml").write_text(
+    (tmp_path / inventory).write_text(
         "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
         "    beta: {ansible_connection: local}\n"
         "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
