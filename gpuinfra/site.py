@@ -43,6 +43,9 @@ class Host:
     origin: dict[str, str] = field(default_factory=dict)
 
 
+# The inventory file of a site directory, in the order they are looked for.
+HOSTS_FILES = ("hosts.yml", "hosts.yaml")
+
 ENVIRONMENTS = ("dev", "staging", "prod")
 # The site-wide variable that names the environment a site serves, as a stack file's
 # `gpuinfra:environment` does; prod makes a pin past its end of support an error.
@@ -447,7 +450,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     hosts_file = next(
         (
             path / n
-            for n in ("hosts.yml", "hosts.yaml")
+            for n in HOSTS_FILES
             if is_file(path / n) or is_dir(path / n) or (path / n).is_symlink()
         ),
         None,

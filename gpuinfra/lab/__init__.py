@@ -400,8 +400,7 @@ def proxy_outdated(port: int) -> bool:
     checkout writes (an older gpuinfra's): it reads its configuration only when it starts, and
     it serves every lab, so it is not restarted under another lab's run."""
     written = proxy_dir() / "conf" / "acng.conf"
-    pid = _read_pid(proxy_dir() / "run" / "pid")
-    if not _listening(port) or pid is None or "apt-cacher-ng" not in _cmdline(pid):
+    if not _listening(port) or _proxy_pid() is None:
         return False
     try:
         return written.read_text() != proxy_config(proxy_dir(), port)
@@ -417,9 +416,8 @@ PROXY_STOP_GRACE = 10
 
 def stop_proxy(port: int) -> bool:
     """Stop the apt-cacher-ng the lab started (its pid file), if it still runs."""
-    pid_file = proxy_dir() / "run" / "pid"
-    pid = _read_pid(pid_file)
-    if pid is None or "apt-cacher-ng" not in _cmdline(pid):
+    pid = _proxy_pid()
+    if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
     try:
@@ -429,6 +427,12 @@ def stop_proxy(port: int) -> bool:
             os.kill(pid, signal.SIGKILL)
         _wait_for(lambda: not _listening(port), 10, "apt-cacher-ng to stop after SIGKILL")
     return True
+
+
+def _proxy_pid() -> int | None:
+    """The pid of the apt-cacher-ng the lab started (its pid file), while it runs."""
+    pid = _read_pid(proxy_dir() / "run" / "pid")
+    return pid if pid is not None and "apt-cacher-ng" in _cmdline(pid) else None
 
 
 def _read_pid(path: Path) -> int | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuinfra import secrets
+from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
 from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError
@@ -414,7 +415,7 @@ def targets(root: Path, *more_roots: Path) -> list[Target]:
             found.update(
                 Target("site", p.name)
                 for p in inventory.iterdir()
-                if any(_reviewed(base, p / name) for name in ("hosts.yml", "hosts.yaml"))
+                if any(_reviewed(base, p / name) for name in site_mod.HOSTS_FILES)
             )
     return sorted(found, key=lambda t: (t.kind != "stack", t.name))
 

@@ -274,7 +274,8 @@ def site_plan(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     specs = site_mod.role_specs(roles_dir)
     defaults = {role: _role_defaults(roles_dir / role, role, specs) for role in specs}
     plays = _plays(root / "playbooks" / "site.yml")
-    members = _play_members(path, [pattern for pattern, _ in plays])
+    inventory = site.inventory or path / site_mod.HOSTS_FILES[0]
+    members = _play_members(inventory, [pattern for pattern, _ in plays])
     hosts = []
     for host in sorted(site.hosts.values(), key=lambda h: h.name):
         roles = sorted(
@@ -350,12 +351,11 @@ def _plays(playbook: Path) -> list[tuple[str, list[str]]]:
     return plays
 
 
-def _play_members(path: Path, patterns: list[str]) -> dict[str, set[str]]:
+def _play_members(hosts_file: Path, patterns: list[str]) -> dict[str, set[str]]:
     """Hosts each play pattern selects, as Ansible resolves it (groups, ``:``, ``&``, ``!``)."""
     from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
     from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
 
-    hosts_file = next(p for p in (path / "hosts.yml", path / "hosts.yaml") if p.exists())
     inventory = InventoryManager(loader=DataLoader(), sources=[str(hosts_file)])
     return {p: {h.name for h in inventory.get_hosts(pattern=p)} for p in set(patterns)}
 

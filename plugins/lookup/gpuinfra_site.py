@@ -84,7 +84,7 @@ class LookupModule(LookupBase):
         shown = ", ".join(display_path(Path(s)) for s in sources) or "the inventory"
         try:
             if names:
-                for directory in _site_dirs(sources):
+                for directory in _site_dirs(sources, site.HOSTS_FILES):
                     # Also what this play would not see: an add-on setting outside group_vars/all.
                     addons.settings_from_site(site.load_site(directory))
             settings = addons.settings_from_play(
@@ -104,16 +104,16 @@ class LookupModule(LookupBase):
         return [{"hosts": sorted(checked.hosts), "warnings": lines}]
 
 
-def _site_dirs(sources: list[str]) -> list[Path]:
+def _site_dirs(sources: list[str], hosts_files: tuple[str, ...]) -> list[Path]:
     """The gpuinfra sites among the inventory's sources: a directory, or the directory of a
-    hosts file, that holds hosts.yml or hosts.yaml."""
+    hosts file, that holds one of ``hosts_files``."""
     found: list[Path] = []
     for source in sources:
         path = Path(source)
         if not path.exists():
             continue  # a host list (``-i host1,host2,``)
         directory = path if path.is_dir() else path.parent
-        has_hosts = any((directory / name).is_file() for name in ("hosts.yml", "hosts.yaml"))
+        has_hosts = any((directory / name).is_file() for name in hosts_files)
         if has_hosts and directory not in found:
             found.append(directory)
     return found

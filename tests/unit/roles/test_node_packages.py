@@ -137,12 +137,12 @@ def private_apt(
         'Debug::NoLocking "true";\nAcquire::Languages "none";\n' + bounds + config
     )
 
-    def apt_get(sources: str, *args: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
+    def apt_get(sources: str, *args: str) -> subprocess.CompletedProcess[str]:
         (state / "sources.list").write_text(sources)
         return subprocess.run(
             ["apt-get", "-q", "-o", f"Dir::Etc::SourceList={state / 'sources.list'}", *args],
             env={**os.environ, "APT_CONFIG": str(state / "apt.conf")},
-            cwd=cwd,
+            cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=60,
