@@ -497,7 +497,14 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     for kind, target, file in vars_files(path):
         file_shown = display_path(file)
         known = groups if kind == "group" else hosts
-        if target not in known and not (kind == "group" and target in ("all", "ungrouped")):
+        # host_vars/localhost reaches the implicit localhost, the controller the add-on play
+        # runs on, as group_vars/all does.
+        implicit = (kind, target) in (
+            ("group", "all"),
+            ("group", "ungrouped"),
+            ("host", "localhost"),
+        )
+        if target not in known and not implicit:
             folder = "group_vars" if kind == "group" else "host_vars"
             problems.append(
                 Problem(
@@ -580,7 +587,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 layers.append(((2, group_order("all")), file_shown, data))
             elif host is not None and kind == "group" and target in host.groups:
                 layers.append(((3, group_order(target)), file_shown, data))
-            elif host is not None and kind == "host" and target == host.name:
+            elif kind == "host" and target == (host.name if host else "localhost"):
                 layers.append(((5, group_order("")), file_shown, data))
         return sorted(layers, key=lambda item: item[0])
 

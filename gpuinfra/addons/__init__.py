@@ -209,9 +209,9 @@ def settings_from_site(site: Site) -> AddonsSettings:
     Add-ons are cluster-wide, so every host must see the same value of each add-on variable;
     a variable that differs between hosts is an error naming both files. A site read from its
     files also knows what the add-on play sees on the controller (group_vars/all, hosts.yml's
-    all: vars): the settings are those, and a host that sees another value of an add-on
-    variable, or one the controller lacks, is an error naming the file, since this plan would
-    show what the play does not apply.
+    all: vars, host_vars/localhost): the settings are those, and a host that sees another value
+    of an add-on variable, or one the controller lacks, is an error naming the file, since this
+    plan would show what the play does not apply.
     """
     if not site.hosts:
         raise ConfigError([Problem(site.name, "", "the site has no hosts")])
@@ -237,7 +237,8 @@ def settings_from_site(site: Site) -> AddonsSettings:
                         "controller (allowed: add-on settings once, in group_vars/all)"
                         if key in merged
                         else "an add-on setting the add-on play never reads: it runs on the "
-                        "controller, which sees group_vars/all and hosts.yml's all: vars only "
+                        "controller, which sees group_vars/all, host_vars/localhost and "
+                        "hosts.yml's all: vars only "
                         "(allowed: add-on settings in group_vars/all)",
                     )
                     if problem not in problems:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuinfra import site
+from gpuinfra import addons, site
 from gpuinfra.errors import ConfigError, UsageError
 from tests.conftest import ROOT, run_cli
 
@@ -438,6 +438,10 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
         yaml.safe_dump({"v_file_g": "file g", "v_all_g": "file g", "v_inline_host": "file g"})
     )
     (root / "host_vars" / "h1.yml").write_text(yaml.safe_dump({"v_host": "file host"}))
+    # The implicit localhost, listed nowhere, still reads a host_vars file of its own.
+    (root / "host_vars" / "localhost.yml").write_text(
+        yaml.safe_dump({"v_all_file": "file localhost", "v_local": "file localhost"})
+    )
     for group, name, value in (
         ("g_child", "v_depth", "child"),
         ("a", "v_sibling", "a"),
@@ -449,7 +453,7 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
     (root / "group_vars" / "g" / "depth.yml").write_text(yaml.safe_dump({"v_depth": "g"}))
     names = sorted(
         {"v_all_file", "v_inline", "v_file_all", "v_file_g", "v_all_g", "v_host", "v_inline_host"}
-        | {"v_depth", "v_sibling", "v_priority"}
+        | {"v_depth", "v_sibling", "v_priority", "v_local"}
     )
     loaded = site.load_site(root)
     assert loaded.controller is not None
@@ -473,6 +477,8 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
     assert loaded.hosts["h1"].vars["v_file_all"] == "file all"
     assert loaded.hosts["h1"].vars["v_inline_host"] == "inline host"
     assert loaded.controller.vars["v_inline"] == "inline all"
+    assert loaded.controller.vars["v_all_file"] == "file localhost"
+    assert "v_local" not in loaded.hosts["h1"].vars
     assert [loaded.hosts["h1"].vars[n] for n in ("v_depth", "v_sibling", "v_priority")] == [
         "child",
         "b",
@@ -493,8 +499,8 @@ def test_variables_resolve_with_ansibles_precedence(tmp_path: Path) -> None:
             "host_vars/gpu-node-01.yml",
             "loki_storage_class: fast\n",
             "loki_storage_class: an add-on setting the add-on play never reads: it runs on the "
-            "controller, which sees group_vars/all and hosts.yml's all: vars only (allowed: "
-            "add-on settings in group_vars/all)",
+            "controller, which sees group_vars/all, host_vars/localhost and hosts.yml's all: vars "
+            "only (allowed: add-on settings in group_vars/all)",
         ),
     ],
 )
@@ -514,3 +520,21 @@ def test_an_add_on_setting_the_add_on_play_does_not_read_is_refused(
     # The same value as group_vars/all's is what the play reads too.
     (root / "inventory" / "mysite" / where).write_text("kueue_enabled: true\n")
     assert run_cli("config", "check", "--site", "inventory/mysite", root=root, cwd=root).code == 0
+
+
+def test_host_vars_of_localhost_are_the_controllers(tmp_path: Path) -> None:
+    # Ansible gives host_vars/localhost.yml to the implicit localhost the add-on play runs on,
+    # so an add-on setting there is one the play applies; no node host reads it.
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "inventory" / "example", root / "inventory" / "mysite")
+    for name in ("versions.yaml", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    (root / "inventory" / "mysite" / "host_vars").mkdir(exist_ok=True)
+    (root / "inventory" / "mysite" / "host_vars" / "localhost.yml").write_text(
+        "loki_storage_class: fast\n"
+    )
+    result = run_cli("config", "check", "--site", "inventory/mysite", root=root, cwd=root)
+    assert result.code == 0, result.stdout + result.stderr
+    loaded = site.load_site(root / "inventory" / "mysite")
+    assert addons.settings_from_site(loaded).loki.storage_class == "fast"
+    assert all("loki_storage_class" not in host.vars for host in loaded.hosts.values())
