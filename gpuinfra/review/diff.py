@@ -616,7 +616,11 @@ def diff(
     """Plan ``base`` and the working tree; compare every stack and site, or only one."""
     root = root or repo_root()
     commit = resolve(base, root)
-    with Worktree(root, commit) as base_root:
+    # The repository may be a directory of a larger git repository: its base is the same
+    # directory of the base's checkout.
+    prefix = _git(root, "rev-parse", "--show-prefix")
+    with Worktree(root, commit) as checkout:
+        base_root = checkout / prefix
         if only is not None:
             if not (only.exists(root) or only.exists(base_root)):
                 known = [t.name for t in targets(root, base_root) if t.kind == only.kind]

@@ -225,6 +225,32 @@ def test_diff_from_a_worktree_reports_that_worktrees_commit(
         git(base_repo, "branch", "--quiet", "-D", "bump-driver")
 
 
+def test_a_repository_in_a_directory_of_a_larger_one_is_compared_with_that_directory(
+    base_repo: Path, tmp_path: Path
+) -> None:
+    """gpuinfra in a directory of a monorepo: the base is planned from the same directory."""
+    mono = tmp_path / "mono"
+    infra = mono / "infra" / "gpu"
+    infra.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", "HEAD"], cwd=base_repo, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(infra)], input=archive, check=True)
+    git(mono, "init", "--quiet", "--initial-branch=main")
+    git(mono, "add", "--all")
+    git(mono, "commit", "--quiet", "--message", "base")
+    replace(infra / "versions.yaml", '"580.159.04"', '"580.172.01"')
+    replace(infra / "versions.yaml", '"580.159.04-1"', '"580.172.01-1"')
+    result = run_cli(
+        "diff", "--base", "HEAD", "--stack", "dev", "--format", "json", root=infra, cwd=infra
+    )
+    report = report_of(result)
+    assert report["notes"] == []
+    assert target(report, "stack dev")["status"] == "changed"
+    bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
+    assert bumped == {"nvidia_driver.cuda_repo": ("580.159.04", "580.172.01")}
+
+
 def review_entry(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpuinfra.review", *args],
