@@ -552,6 +552,8 @@ def _leaf_count(value: Any) -> int:
 
 def _markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def cell(text: str) -> str:
+        # GitHub drops what reads as an HTML tag (`<objects>`, `<computed>`): written as text.
+        text = text.replace("&", "&amp;").replace("<", "&lt;")
         return text.replace("|", "\\|").replace("\n", " ")
 
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

@@ -185,6 +185,10 @@ def test_markdown_and_table_show_releases_policy_and_cost() -> None:
     assert "### stack prod: policy pack (passes)" in text
     total = f"${document['cost']['monthly_desired_usd']:,.2f}"
     assert f"| **total** | priced lines | {total} |" in text
+    # A placeholder in a table cell is text, not an HTML tag GitHub would drop.
+    outside_code = text.split("```")[::2]
+    assert not any("<objects>" in part for part in outside_code)
+    assert "data=&lt;objects>" in text
     table = render_text(review.plan_tables(document))
     assert "Monthly cost estimate: prod (us-east-1)" in table
     assert "instance prices 2026-07-20" in table
