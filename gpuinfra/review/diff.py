@@ -340,6 +340,10 @@ def _cost(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> Cos
 def diff_versions(base: Path, head: Path) -> VersionsDiff:
     """Version bumps between two versions.yaml files, warning on compatibility rules they break."""
     old, new = _pins(base), _pins(head)
+    if old is None or new is None:
+        # A file that does not load has no pins to compare: the plans of its side fail on it
+        # and say why (the working tree's as the user's input, exit 2).
+        return VersionsDiff()
     bumped = tuple(
         Change(name, old.get(name, MISSING), new.get(name, MISSING))
         for name in sorted(old.keys() | new.keys())
@@ -350,13 +354,15 @@ def diff_versions(base: Path, head: Path) -> VersionsDiff:
     return VersionsDiff(bumped=bumped, warnings=warnings)
 
 
-def _pins(path: Path) -> dict[str, str]:
+def _pins(path: Path) -> dict[str, str] | None:
+    """The pins of a versions.yaml: none where it is missing (a base from before it), None
+    where it does not load."""
     if not path.exists():
         return {}
     try:
         loaded = versions_mod.load(path)
     except ConfigError:
-        return {}
+        return None
     pins: dict[str, str] = {}
     for name, comp in loaded.entries():
         pins[name] = comp.version if not comp.tag else f"{comp.version} ({comp.tag})"
@@ -368,11 +374,7 @@ def _pins(path: Path) -> dict[str, str]:
 def _rule_problems(path: Path) -> list[str]:
     if not path.exists():
         return []
-    try:
-        loaded = versions_mod.load(path)
-    except ConfigError as exc:
-        return [f"versions.yaml: {line}" for line in exc.lines()]
-    return [f"versions.yaml: {p}" for p in versions_mod.check(loaded)]
+    return [f"versions.yaml: {p}" for p in versions_mod.check(versions_mod.load(path))]
 
 
 # --- planning two revisions ------------------------------------------------------------------

@@ -180,6 +180,24 @@ def test_bump_that_breaks_a_rule_warns_and_fails_the_diff(clone: Clone) -> None:
     assert line.startswith("error: stack dev: versions.yaml: kueue.version: kueue 0.15")
 
 
+def test_a_versions_file_that_does_not_load_is_the_inputs_error_not_every_pin_removed(
+    clone: Clone,
+) -> None:
+    def misspell(repo: Path) -> None:
+        replace(repo / "versions.yaml", 'version: "0.19.2"', 'versions: "0.19.2"')
+
+    repo = clone("Misspell Kueue's version", misspell)
+    result = run_diff(repo, "--stack", "dev", "--format", "json")
+    assert result.code == 2, result.stderr
+    report = json.loads(result.stdout)
+    assert report["versions"] == {"bumped": [], "warnings": []}
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        "error: stack dev: versions.yaml: kueue.versions: unknown key 'versions'; "
+        "did you mean 'version'?"
+    )
+
+
 def test_base_from_before_the_review_path_shows_everything_added(
     base_repo: Path, tmp_path: Path
 ) -> None:
