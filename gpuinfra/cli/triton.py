@@ -200,6 +200,8 @@ def tune(
     )
     levels = _levels(concurrency, "--concurrency", spec.INT32_MAX, "1,8,16")
     cost = _stand_in_cost(stand_in_cost_us)
+    if url is not None:
+        _grpc_address(url)
     settings, where, source, records = _source(stack, site)
     found = [m for m in settings.models if m.name == model]
     if not found:

@@ -29,12 +29,17 @@ from gpuinfra.addons.triton import (
     model_config,
     refused_for_admin_key,
 )
-from gpuinfra.errors import GpuinfraError, UsageError
+from gpuinfra.errors import GpuinfraError, ToolError, UsageError
 from gpuinfra.lab import triton as local
 
 
 class MeasurementFailed(GpuinfraError):
     exit_code = 1
+
+
+# Seconds a server given by ``--url`` has to say which Triton it is before anything is measured.
+ANSWER_TIMEOUT = 10.0
+_NO_ANSWER = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 
 
 class AdminKeyRefused(GpuinfraError):
@@ -349,7 +354,15 @@ def session(
                     for c in levels
                 ]
 
-            yield Session(measure, str(client.get_server_metadata().version))
+            try:
+                version = client.get_server_metadata(client_timeout=ANSWER_TIMEOUT).version
+            except InferenceServerException as failed:
+                status = failed.status() or "error"
+                what = "does not answer" if status in _NO_ANSWER else "gave no server metadata"
+                raise ToolError(
+                    f"Triton at {address} {what}: {status}: {failed.message()}"
+                ) from None
+            yield Session(measure, str(version))
 
 
 def tune(

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -258,3 +261,64 @@ def test_good_options_reach_the_site(
         *("--queue-delay-us", "18446744073709551615", "--stand-in-cost-us", "0,1000000"),
     )
     assert (code, err) == (2, "error: reached the site\n")
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A loopback port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("down", ["closed", "silent"])
+def test_a_server_that_does_not_answer_is_one_line_in_bounded_time(
+    down: str,
+    repo: Path,
+    closed_port: int,
+    silent: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A --url that refuses connections, or accepts them and never answers, is the environment
+    (exit 3) within the bound, before anything is measured or written."""
+    from gpuinfra.lab import tune as tune_mod
+
+    url = f"127.0.0.1:{closed_port}" if down == "closed" else silent
+    before = (repo / "stacks" / "Pulumi.dev.yaml").read_text()
+    monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
+    monkeypatch.setenv(local.VENV_ENV, str(ROOT / local.VENV))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(tune_mod, "ANSWER_TIMEOUT", 1.0)
+    started = time.monotonic()
+    code, out, err = run_main(
+        capsys, *("triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"),
+        *("--url", url),
+    )  # fmt: skip
+    assert time.monotonic() - started < 8
+    assert (code, out) == (3, ""), err
+    (line,) = err.splitlines()
+    status = "UNAVAILABLE" if down == "closed" else "DEADLINE_EXCEEDED"
+    assert line.startswith(f"error: Triton at {url} does not answer: StatusCode.{status}: ")
+    assert (repo / "stacks" / "Pulumi.dev.yaml").read_text() == before
+    assert not (repo / "stacks" / "tuning").exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8001", "127.0.0.1", "host:0", ""])
+def test_a_url_that_is_not_host_port_is_the_argument(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuinfra.cli import triton as command
+
+    def ran(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tune went past its options")
+
+    monkeypatch.setattr(command, "_source", ran)
+    code, out, err = run_main(
+        capsys,
+        *("triton", "tune", "--site", "inventory/example", "--model", "resnet50"),
+        *("--p99-ms", "200", "--url", url),
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: --url {url!r}: not a gRPC address (allowed: HOST:PORT")
