@@ -36,9 +36,10 @@ class TritonFile:
         return cls(path, keys, camel=True)
 
     @classmethod
-    def site(cls, path: Path, setting: str) -> TritonFile:
-        """``setting`` (snake_case) in a site's variables file."""
-        return cls(path, (site_key(setting),), camel=False)
+    def site(cls, path: Path, setting: str, within: tuple[str, ...] = ()) -> TritonFile:
+        """``setting`` (snake_case) in a site's variables file, or ``within`` a mapping of it
+        (``all``'s ``vars`` in the inventory file)."""
+        return cls(path, (*within, site_key(setting)), camel=False)
 
 
 def site_key(setting: str) -> str:

@@ -85,6 +85,7 @@ def _source(
     ``serving_groups``), a name for the source and the directory its measurements go to."""
     from gpuinfra import addons, config
     from gpuinfra import site as site_mod
+    from gpuinfra.loading import display_path
     from gpuinfra.modeledit import TritonFile, site_key
     from gpuinfra.paths import repo_root
 
@@ -98,14 +99,21 @@ def _source(
     loaded = site_mod.load_site(site)
     settings = addons.settings_from_site(loaded).triton
     key = site_key(setting)
-    origins = sorted({h.origin[key] for h in loaded.hosts.values() if key in h.origin})
-    if not origins:
+    # The file the add-on play's value comes from: group_vars/all, or all's vars in the
+    # inventory file (docs/decisions/0081).
+    shown = loaded.controller.origin.get(key) if loaded.controller is not None else None
+    if shown is None:
         raise UsageError(f"{loaded.name}: no {key} in the site's variables")
-    origin = Path(origins[0])
+    origin = Path(shown)
+    inventory = loaded.inventory is not None and shown == display_path(loaded.inventory)
     # Beside the inventory, not under group_vars/, where Ansible would read it as variables.
     return (
         settings,
-        TritonFile.site(origin if origin.is_absolute() else repo_root() / origin, setting),
+        TritonFile.site(
+            origin if origin.is_absolute() else repo_root() / origin,
+            setting,
+            ("all", "vars") if inventory else (),
+        ),
         loaded.name,
         site,
     )

@@ -194,3 +194,27 @@ def test_a_site_config_check_refuses_is_not_written(
         assert "no declared node can run it" in line
     assert "gpuinfra-edit-" not in err
     assert variables.read_text() == before
+
+
+def test_groups_in_the_inventory_files_all_vars_are_edited_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Add-on settings may stand in hosts.yml's ``all: vars``: the canary is written there."""
+    copy = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", copy)
+    hosts = copy / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text()
+        + "all:\n  vars:\n"
+        + "".join(f"    {line}\n" for line in GROUPS.splitlines())
+    )
+    code, out, err = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(copy))
+    assert code == 0, err
+    assert hosts.read_text().endswith(
+        "    triton_serving_groups:\n"
+        "      - name: vision  # the ResNet's own pods\n"
+        "        models: [resnet50]\n"
+        "        canary:\n"
+        "          weight: 10\n"
+    )
+    assert "+        canary:" in out

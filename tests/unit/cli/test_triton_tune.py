@@ -322,3 +322,45 @@ def test_a_url_that_is_not_host_port_is_the_argument(
     )
     assert (code, out) == (2, "")
     assert err.startswith(f"error: --url {url!r}: not a gRPC address (allowed: HOST:PORT")
+
+
+def test_models_in_the_inventory_files_all_vars_are_edited_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Triton needed: the measurement is given. A site's models may stand in hosts.yml's
+    ``all: vars``; the chosen settings are shown as a change there."""
+    from gpuinfra.lab import tune as tune_mod
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    variables = site / "group_vars" / "all" / "triton.yml"
+    text = variables.read_text()
+    models = text[text.index("triton_models:") :]
+    variables.write_text(text[: text.index("triton_models:")])
+    hosts = site / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text()
+        + "all:\n  vars:\n"
+        + "".join(f"    {line}\n" for line in models.splitlines())
+    )
+    before = hosts.read_text()
+
+    def measured(
+        found: object, sla: tune_mod.Sla, levels: list[int], **kwargs: object
+    ) -> tune_mod.Result:
+        untuned = tune_mod.Row(
+            tune_mod.Candidate(32, (8, 16), 200, 2, untuned=True), [tune_mod.Point(8, 100, 50)]
+        )
+        best = tune_mod.Row(tune_mod.Candidate(16, (), 1000, 2), [tune_mod.Point(8, 300, 60)])
+        chosen = tune_mod.choose([untuned, best], sla)
+        return tune_mod.Result("resnet50", sla, levels, [untuned, best], chosen, "2.51.0", {}, 1.0)
+
+    monkeypatch.setattr(tune_mod, "tune", measured)
+    code, out, err = run_main(
+        capsys, *("triton", "tune", "--site", str(site), "--model", "resnet50", "--p99-ms", "200"),
+        *("--concurrency", "8", "--dry-run"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "+        max_batch_size: 16" in out
+    assert "dry run: nothing written" in out
+    assert hosts.read_text() == before
