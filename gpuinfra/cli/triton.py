@@ -217,6 +217,8 @@ def tune(
         raise UsageError(f"{display_path(where.path)}: no model {model!r} (models: {names})")
     # A file config check refuses is refused now, not after minutes of measuring.
     _check_edit(stack, site, where, where.path.read_text("utf-8"))
+    record = records / "tuning" / f"{source}-{model}.json"
+    _check_record(record)
     # The local stand-in is open; a server given by --url may restrict loading to its admin key.
     headers = _admin_headers() if url is not None else {}
     try:
@@ -238,7 +240,6 @@ def tune(
         f"{len(result.rows)} configurations x {len(levels)} concurrency levels in "
         f"{result.seconds:.0f} s on Triton {result.triton_version}"
     )
-    record = records / "tuning" / f"{source}-{model}.json"
     if result.chosen is None:
         _record(record, result)
         raise CheckFailed(
@@ -273,8 +274,9 @@ def tune(
     if not write:
         say("dry run: nothing written")
         return
-    where.path.write_text(after, "utf-8")
+    # The measurement first: a file it cannot write leaves the settings as they were.
     _record(record, result)
+    where.path.write_text(after, "utf-8")
     say(f"wrote {shown} and {display_path(record)}")
 
 
@@ -519,6 +521,23 @@ def _s3_keys(
     except BotoCoreError as failed:
         raise ToolError(f"{where}: {failed}") from None
     return keys
+
+
+def _check_record(path: Path) -> None:
+    """Refuse, before anything is measured, a measurement file that could not be written: a
+    file where its folder goes, or a folder where it goes."""
+    from gpuinfra.loading import display_path
+
+    for folder in reversed(path.parents):
+        if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+            raise UsageError(
+                f"{display_path(folder)}: not a directory, and the measurement is written "
+                f"into it as {display_path(path)} (move it away)"
+            )
+    if path.is_dir():
+        raise UsageError(
+            f"{display_path(path)}: a directory where the measurement is written (move it away)"
+        )
 
 
 def _record(path: Path, result: Result) -> None:

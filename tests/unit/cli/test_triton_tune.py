@@ -364,3 +364,45 @@ def test_models_in_the_inventory_files_all_vars_are_edited_there(
     assert "+        max_batch_size: 16" in out
     assert "dry run: nothing written" in out
     assert hosts.read_text() == before
+
+
+@pytest.mark.parametrize("blocking", ["tuning", "tuning/site-resnet50.json/"])
+def test_a_measurement_file_that_cannot_be_written_is_refused_before_measuring(
+    blocking: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A file where the tuning folder goes, or a folder where the measurement goes: one line,
+    exit 2, before anything is measured, and the site's settings are left as they were."""
+    from gpuinfra.lab import tune as tune_mod
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    if blocking.endswith("/"):
+        (site / blocking).mkdir(parents=True)
+    else:
+        (site / blocking).write_text("notes\n")
+    variables = site / "group_vars" / "all" / "triton.yml"
+    before = variables.read_text()
+
+    def measured(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tune measured with nowhere to record it")
+
+    monkeypatch.setattr(tune_mod, "tune", measured)
+    code, out, err = run_main(
+        capsys, *("triton", "tune", "--site", str(site), "--model", "resnet50", "--p99-ms", "200"),
+    )  # fmt: skip
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    record = site / "tuning" / "site-resnet50.json"
+    if blocking.endswith("/"):
+        assert (
+            line == f"error: {record}: a directory where the measurement is written (move it away)"
+        )
+    else:
+        assert line == (
+            f"error: {site / 'tuning'}: not a directory, and the measurement is written into it "
+            f"as {record} (move it away)"
+        )
+    assert variables.read_text() == before
