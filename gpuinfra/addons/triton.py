@@ -321,6 +321,14 @@ class TritonSettings(AddonSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate serving group names: {', '.join(dupes)}")
+        # A canary's objects are named as a group called <group>-canary would be.
+        taken = [g.name for g in groups if g.canary is not None and f"{g.name}-canary" in names]
+        if taken:
+            raise ValueError(
+                f"serving group {taken[0] + '-canary'!r} is named as the canary of group "
+                f"{taken[0]!r}: both would be Deployment and Service {NAME}-{taken[0]}-canary, "
+                "one replacing the other (rename the group)"
+            )
         home: dict[str, str] = {}
         for group in groups:
             for model in group.models:

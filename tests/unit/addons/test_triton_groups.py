@@ -239,6 +239,16 @@ def _groups(*groups: dict[str, Any], **extra: Any) -> dict[str, Any]:
             "serving group 'g': canary.versionPolicies names 'b', not a model of the group (a)",
         ),
         (
+            _groups(
+                {"name": "g", "models": ["a"], "canary": {"weight": 10}},
+                {"name": "g-canary", "models": ["b"]},
+                gateway={"name": "gw"},
+            ),
+            "servingGroups",
+            "serving group 'g-canary' is named as the canary of group 'g': both would be "
+            "Deployment and Service triton-g-canary, one replacing the other (rename the group)",
+        ),
+        (
             _groups({"name": "g", "models": ["a", "b"], "minReplicas": 3}),
             "servingGroups",
             "serving group 'g': minReplicas 3 is greater than maxReplicas 2",
