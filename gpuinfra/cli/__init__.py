@@ -126,8 +126,10 @@ def versions_check(
     ] = None,
     as_of: AsOf = None,
 ) -> None:
-    """Check pins, compatibility rules, schemas per chart and support windows; exit 1 with one
-    line per problem."""
+    """Check pins, compatibility rules, schemas per chart and support windows.
+
+    Exit 1 with one line per problem.
+    """
     from gpuinfra import chartdata, support
     from gpuinfra import versions as versions_mod
 
@@ -175,8 +177,10 @@ def config_check(
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     as_of: AsOf = None,
 ) -> None:
-    """Validate a stack file or a site inventory; exit 2 with one line per problem. A prod stack
-    or site whose pins are past their end of support fails the check (exit 1)."""
+    """Validate a stack file or a site inventory; exit 2 with one line per problem.
+
+    A prod stack or site whose pins are past their end of support fails the check (exit 1).
+    """
     from gpuinfra import config, integrity
 
     if (stack is None) == (site is None):

@@ -152,7 +152,9 @@ def register(app: typer.Typer) -> None:
         as_of: AsOf = None,
     ) -> None:
         """The desired state of a stack or a site, offline: resources, releases, versions, cost.
-        A prod stack or site with a pin past its end of support fails after the plan (exit 1)."""
+
+        A prod stack or site with a pin past its end of support fails after the plan (exit 1).
+        """
         from gpuinfra.cli import prod_support_problems
         from gpuinfra.review import plan as plan_mod
 

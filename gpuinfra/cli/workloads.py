@@ -31,8 +31,10 @@ def training(
     ] = None,
     shm_size: Annotated[str, typer.Option(help="Size of /dev/shm for DataLoader workers")] = "64Gi",
 ) -> None:
-    """Print a Kueue-queued training Job and its headless Service, validated against the pinned
-    Kubernetes schemas."""
+    """Print a Kueue-queued training Job and its headless Service, checked against the schemas.
+
+    Both objects are validated against the pinned Kubernetes schemas before they are printed.
+    """
     import yaml
 
     from gpuinfra import schemas, versions, workloads
