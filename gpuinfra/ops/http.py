@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,6 +15,11 @@ from typing import Any
 from gpuinfra.errors import ToolError, UsageError, excerpt
 
 TIMEOUT_S = 15.0
+# A whole answer, however slowly it comes, and how large it may be: a server that sends a byte
+# now and then, or never ends its body, would hold the command (and its memory) forever.
+# Prometheus's targets of a large cluster are a few MiB.
+ANSWER_S = 60.0
+MAX_ANSWER_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -76,9 +82,18 @@ def get_json(
     request = urllib.request.Request(
         full, headers={"Accept": "application/json", **(headers or {})}
     )
+    deadline = time.monotonic() + ANSWER_S
+    body = bytearray()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
+            while chunk := response.read1(1 << 16):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise ToolError(
+                        f"{what} at {url}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB"
+                    )
+                if time.monotonic() > deadline:
+                    raise ToolError(f"{what} at {url} does not answer within {ANSWER_S:.0f} s")
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode("utf-8", "replace").strip()
         raise ToolError(f"{what} at {url}: HTTP {exc.code}: {detail or exc.reason}") from None

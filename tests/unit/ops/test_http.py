@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from gpuinfra.ops import http
 from tests.conftest import run_cli, run_main
 
 USER, PASSWORD = "ops", "s3cret:with@odd"  # characters a URL must escape
@@ -103,3 +105,55 @@ def test_a_url_that_cannot_be_asked_is_one_line_and_exit_2(
             f"error: {argv[-2]} {shown}: not an http(s) URL (e.g. http://127.0.0.1:9090; "
             "ASCII, no query or fragment)"
         ]
+
+
+@pytest.fixture
+def endless_server() -> Iterator[str]:
+    """A server on loopback whose answers never end: /slow sends a byte a second, /large sends
+    spaces as fast as it can."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            slow = self.path.startswith("/slow")
+            try:
+                while True:
+                    self.wfile.write(b" " if slow else b" " * 65536)
+                    self.wfile.flush()
+                    if slow:
+                        time.sleep(0.2)
+            except OSError:
+                return
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_answer_that_never_ends_is_one_line_and_exit_3(
+    endless_server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http, "ANSWER_S", 2.0)
+    monkeypatch.setattr(http, "MAX_ANSWER_BYTES", 1 << 20)
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "doctor", "--alertmanager", f"{endless_server}/slow")
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: Alertmanager at {endless_server}/slow/api/v2/alerts does not answer within 2 s"
+    ]
+    assert time.monotonic() - started < 10
+    code, out, err = run_main(capsys, "report", "gpu-hours", "--prometheus", endless_server)
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: Prometheus at {endless_server}/api/v1/query: the answer is larger than 1 MiB"
+    ]
