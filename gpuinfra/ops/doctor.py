@@ -269,23 +269,34 @@ def model_items(prometheus: Prometheus, settings: TritonSettings) -> list[Item]:
 
 
 def alert_items(alertmanager_url: str) -> list[Item]:
-    alerts = server("--alertmanager", alertmanager_url).get_json(
+    alertmanager = server("--alertmanager", alertmanager_url)
+    alerts = alertmanager.get_json(
         "/api/v2/alerts",
         {"active": "true", "silenced": "false", "inhibited": "false"},
         what="Alertmanager",
     )
+    # Another service, or a proxy's page, can answer JSON that is no list of alerts.
+    if not isinstance(alerts, list) or not all(
+        isinstance(a, dict)
+        and isinstance(a.get("labels"), dict)
+        and isinstance(a.get("annotations") or {}, dict)
+        for a in alerts
+    ):
+        raise ToolError(
+            f"Alertmanager at {alertmanager.url}/api/v2/alerts: the answer is not a list of alerts"
+        )
     items = []
     for alert in alerts:
-        labels = alert.get("labels", {})
-        name = labels.get("alertname", "")
-        severity = labels.get("severity", "")
+        labels = alert["labels"]
+        name = str(labels.get("alertname", ""))
+        severity = str(labels.get("severity", ""))
         if name in ALWAYS_FIRING or severity not in NOTIFYING:
             continue
         where = labels.get("Hostname") or labels.get("instance") or labels.get("namespace", "")
-        summary = alert.get("annotations", {}).get("summary", "")
+        summary = (alert.get("annotations") or {}).get("summary", "")
         subject = f"{name} {where}".strip()
         items.append(Item("alert", subject, "fail", f"{severity} since "
-                          f"{alert.get('startsAt', '?')[:19]}: {summary}".rstrip(": ")))  # fmt: skip
+                          f"{str(alert.get('startsAt') or '?')[:19]}: {summary}".rstrip(": ")))  # fmt: skip
     if not items:
         items.append(Item("alert", "-", "ok", "no critical or warning alert firing"))
     return items

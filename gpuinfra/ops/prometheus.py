@@ -82,10 +82,20 @@ class Prometheus:
 
     def _api(self, path: str, params: dict[str, str] | None = None) -> Any:
         document = self.server.get_json(f"/api/v1/{path}", params, what="Prometheus")
-        if not isinstance(document, dict) or document.get("status") != "success":
-            error = document.get("error") if isinstance(document, dict) else document
-            raise ToolError(f"Prometheus at {self.url}: {path}: {error}")
-        return document["data"]
+        if not isinstance(document, dict):
+            raise self._unexpected(path)
+        if document.get("status") == "error" and document.get("error"):
+            raise ToolError(f"Prometheus at {self.url}: {path}: {document['error']}")
+        data = document.get("data")
+        if document.get("status") != "success" or not isinstance(data, dict):
+            raise self._unexpected(path)
+        return data
+
+    def _unexpected(self, path: str) -> ToolError:
+        """A server that answers, but not as Prometheus's API does (another service, a proxy)."""
+        return ToolError(
+            f"Prometheus at {self.url}: {path}: the answer is not what Prometheus's API returns"
+        )
 
     def query(self, promql: str, at: datetime | None = None) -> list[Sample]:
         """An instant query's vector."""
@@ -95,7 +105,13 @@ class Prometheus:
         data = self._api("query", params)
         if data.get("resultType") != "vector":
             raise ToolError(f"Prometheus at {self.url}: {promql}: not a vector")
-        return [Sample(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+        try:
+            return [
+                Sample({str(k): str(v) for k, v in r["metric"].items()}, float(r["value"][1]))
+                for r in data["result"]
+            ]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise self._unexpected("query") from None
 
     def retention(self) -> timedelta | None:
         """How long the server keeps samples (its ``storage.tsdb.retention.time``), or None when
@@ -112,13 +128,16 @@ class Prometheus:
 
     def targets(self) -> list[Target]:
         data = self._api("targets", {"state": "active"})
-        return [
-            Target(
-                job=t["labels"].get("job", ""),
-                instance=t["labels"].get("instance", ""),
-                health=t.get("health", "unknown"),
-                last_error=t.get("lastError", ""),
-                labels=dict(t.get("labels", {})),
-            )
-            for t in data.get("activeTargets", [])
-        ]
+        try:
+            return [
+                Target(
+                    job=str(t["labels"].get("job", "")),
+                    instance=str(t["labels"].get("instance", "")),
+                    health=str(t.get("health", "unknown")),
+                    last_error=str(t.get("lastError") or ""),
+                    labels=dict(t["labels"]),
+                )
+                for t in data.get("activeTargets") or []
+            ]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise self._unexpected("targets") from None

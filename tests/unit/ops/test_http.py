@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpuinfra.ops import http
+from tests import servers
 from tests.conftest import run_cli, run_main
 
 USER, PASSWORD = "ops", "s3cret:with@odd"  # characters a URL must escape
@@ -157,3 +158,56 @@ def test_an_answer_that_never_ends_is_one_line_and_exit_3(
     assert err.splitlines() == [
         f"error: Prometheus at {endless_server}/api/v1/query: the answer is larger than 1 MiB"
     ]
+
+
+_COMMANDS = {
+    "/api/v1/query": (("report", "gpu-hours", "--prometheus"), "Prometheus at {url}: query: "),
+    "/api/v1/targets": (("doctor", "--prometheus"), "Prometheus at {url}: targets: "),
+    "/api/v2/alerts": (("doctor", "--alertmanager"), "Alertmanager at {url}/api/v2/alerts: "),
+}
+
+
+@pytest.mark.parametrize(
+    ("paths", "body"),
+    [
+        (tuple(_COMMANDS), "[1, 2, 3]"),
+        (tuple(_COMMANDS), "null"),
+        (tuple(_COMMANDS), '{"x": 1}'),
+        (tuple(_COMMANDS), '"a page"'),
+        (("/api/v1/query", "/api/v1/targets"), '{"status": "success"}'),
+        (("/api/v1/query", "/api/v1/targets"), '{"status": "success", "data": []}'),
+        (
+            ("/api/v1/query",),
+            '{"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "1"]}]}}',
+        ),
+        (
+            ("/api/v1/query",),
+            '{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, '
+            '"value": [1, "abc"]}]}}',
+        ),
+        (("/api/v1/targets",), '{"status": "success", "data": {"activeTargets": [{"labels": null}]}}'),
+        (("/api/v1/targets",), '{"status": "success", "data": {"activeTargets": "none"}}'),
+        (("/api/v2/alerts",), '[{"labels": null}]'),
+        (("/api/v2/alerts",), '[{"labels": {"alertname": "X", "severity": "critical"}, "annotations": "x"}]'),
+    ],
+)  # fmt: skip
+def test_json_that_is_not_the_apis_answer_is_one_line_and_exit_3(
+    paths: tuple[str, ...], body: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with servers.static({path: ("application/json", body.encode()) for path in paths}) as url:
+        for path in paths:
+            argv, what = _COMMANDS[path]
+            code, out, err = run_main(capsys, *argv, url)
+            assert (code, out) == (3, ""), (argv, err)
+            (line,) = err.splitlines()
+            assert line.startswith(f"error: {what.format(url=url)}the answer is not "), line
+
+
+def test_a_prometheus_error_is_shown_as_prometheus_says_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    body = b'{"status": "error", "errorType": "bad_data", "error": "invalid parameter"}'
+    with servers.static({"/api/v1/targets": ("application/json", body)}) as url:
+        code, out, err = run_main(capsys, "doctor", "--prometheus", url)
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [f"error: Prometheus at {url}: targets: invalid parameter"]
