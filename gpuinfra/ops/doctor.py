@@ -9,7 +9,8 @@ What is checked, and against what the stack or site declares:
   exports per-version metrics for each loaded version);
 - Prometheus: DCGM exporter targets up (at least one), and no target failing its scrape;
 - Alertmanager: no critical or warning alert firing unsilenced;
-- the latest node check reports, as ``gpuinfra converge --report-json`` or the role writes them.
+- the latest node check reports, as ``gpuinfra converge --report-json`` or the role writes them,
+  and the hosts converge found unreachable or failed before their check.
 
 Each source is read only when its option is given; an item that cannot be judged says why.
 """
@@ -305,11 +306,27 @@ def alert_items(alertmanager_url: str) -> list[Item]:
 # --- node check reports ---------------------------------------------------------------------------
 
 
-def _reports(path: Path) -> dict[str, tuple[dict[str, Any], float]]:
+def _checked(file: Path, where: str, report: Any) -> dict[str, Any]:
+    """``report`` when it is a node check report: its checks a list, each with a name."""
+    if isinstance(report, dict):
+        checks = report.get("checks")
+        if isinstance(checks, list) and all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) for c in checks
+        ):
+            return report
+    raise UsageError(
+        f"--node-checks {file}: {where}checks: not a node check report's checks "
+        "(allowed: a list of checks, each with a name and a status)"
+    )
+
+
+def _reports(path: Path) -> dict[str, tuple[dict[str, Any] | str, float]]:
+    """Each host's latest node check report and when it was written; for a host that
+    converge's report says was unreachable or failed, and has no node check report, why."""
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files or not files[0].exists():
         raise UsageError(f"--node-checks {path}: no such file or no *.json in the directory")
-    found: dict[str, tuple[dict[str, Any], float]] = {}
+    found: dict[str, tuple[dict[str, Any] | str, float]] = {}
     for file in files:
         try:
             document = json.loads(file.read_text("utf-8"))
@@ -317,9 +334,19 @@ def _reports(path: Path) -> dict[str, tuple[dict[str, Any], float]]:
             raise UsageError(f"--node-checks {file}: not a JSON report ({exc})") from None
         mtime = file.stat().st_mtime
         if isinstance(document, dict) and isinstance(document.get("reports"), dict):
-            found.update({h: (r, mtime) for h, r in document["reports"].items()})
+            recap = document.get("recap")
+            for host, counts in (recap if isinstance(recap, dict) else {}).items():
+                if isinstance(counts, dict) and (counts.get("failures") or counts.get("dark")):
+                    how = "unreachable" if counts.get("dark") else "failed"
+                    found[str(host)] = (f"{how} in converge, no node check report", mtime)
+            found.update(
+                {
+                    str(h): (_checked(file, f"reports.{h}.", r), mtime)
+                    for h, r in document["reports"].items()
+                }
+            )
         elif isinstance(document, dict) and "checks" in document:
-            found[str(document.get("host") or file.stem)] = (document, mtime)
+            found[str(document.get("host") or file.stem)] = (_checked(file, "", document), mtime)
         else:
             raise UsageError(
                 f"--node-checks {file}: neither a node check report nor converge's --report-json"
@@ -331,7 +358,10 @@ def node_check_items(path: Path, now: float | None = None) -> list[Item]:
     items = []
     moment = time.time() if now is None else now
     for host, (report, mtime) in sorted(_reports(path).items()):
-        failed = [c for c in report.get("checks", []) if c.get("status") == "fail"]
+        if isinstance(report, str):
+            items.append(Item("node-check", host, "fail", report))
+            continue
+        failed = [c for c in report["checks"] if c.get("status") == "fail"]
         age_h = (moment - mtime) / 3600
         if failed:
             names = ", ".join(f"{c['name']} ({c.get('detail', '')})" for c in failed)
@@ -342,6 +372,9 @@ def node_check_items(path: Path, now: float | None = None) -> list[Item]:
             items.append(Item("node-check", host, "fail", f"report is {age_h:.0f} h old"))
         else:
             items.append(Item("node-check", host, "ok", f"all checks pass ({age_h:.1f} h ago)"))
+    if not items:
+        # "all ok" would say every node passed its checks when none was read.
+        items.append(Item("node-check", "-", "fail", f"no node check report in {path}"))
     return items
 
 

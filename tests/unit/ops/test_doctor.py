@@ -252,6 +252,66 @@ def test_all_ok_is_exit_0(node_reports: Path) -> None:
     assert {i["status"] for i in document["items"]} == {"ok", "skip"}
 
 
+def test_a_host_converge_did_not_check_fails(tmp_path: Path) -> None:
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    converged = tmp_path / "converge.json"
+    converged.write_text(
+        json.dumps(
+            {
+                "status": "failed",
+                "recap": {
+                    "gpu-node-01": {"ok": 30, "changed": 0, "failures": 0, "dark": 0},
+                    "gpu-node-02": {"ok": 2, "changed": 0, "failures": 0, "dark": 1},
+                    "gpu-node-03": {"ok": 5, "changed": 1, "failures": 1, "dark": 0},
+                },
+                "failures": [],
+                "reports": {"gpu-node-01": {**report, "host": "gpu-node-01"}},
+            }
+        )
+    )
+    code, document = _doctor("--node-checks", str(converged))
+    assert code == 1
+    assert _by_subject(document, "node-check") == {
+        "gpu-node-01": ("ok", "all checks pass (0.0 h ago)"),
+        "gpu-node-02": ("fail", "unreachable in converge, no node check report"),
+        "gpu-node-03": ("fail", "failed in converge, no node check report"),
+    }
+
+
+def test_a_converge_report_without_node_checks_fails(tmp_path: Path) -> None:
+    converged = tmp_path / "converge.json"
+    converged.write_text(json.dumps({"status": "successful", "recap": {}, "reports": {}}))
+    code, document = _doctor("--node-checks", str(converged))
+    assert code == 1
+    assert _by_subject(document, "node-check") == {
+        "-": ("fail", f"no node check report in {converged}")
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"checks": "all good"}', "checks"),
+        ('{"checks": null}', "checks"),
+        ('{"checks": [1]}', "checks"),
+        ('{"checks": [{"status": "fail"}]}', "checks"),
+        ('{"reports": {"gpu-node-01": 5}}', "reports.gpu-node-01.checks"),
+        ('{"reports": {"gpu-node-01": {"checks": {}}}}', "reports.gpu-node-01.checks"),
+    ],
+)
+def test_a_node_check_report_of_another_shape_is_one_line_and_exit_2(
+    text: str, where: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(text)
+    result = run_cli("doctor", "--node-checks", str(path))
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: --node-checks {path}: {where}: not a node check report's checks "
+        "(allowed: a list of checks, each with a name and a status)"
+    ]
+
+
 def test_the_table_names_each_failed_item(kubeconfig: Path) -> None:
     result = run_cli("doctor", "--site", SITE, "--kubeconfig", str(kubeconfig))
     assert result.code == 1
