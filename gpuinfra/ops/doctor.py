@@ -119,6 +119,12 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
         raise ToolError(f"Kubernetes API at {server}: HTTP {exc.status}: {exc.reason}") from None
     except (HTTPError, OSError) as exc:
         raise ToolError(f"Kubernetes API at {server} does not answer: {exc}") from None
+    except (ValueError, TypeError, AttributeError):
+        # The client builds its objects from the answer: a page or JSON of another server
+        # (a proxy, a port that is not the API server's) has none of their fields.
+        raise ToolError(
+            f"Kubernetes API at {server}: the answer is not what the Kubernetes API returns"
+        ) from None
     finally:
         api.close()
     return found

@@ -388,3 +388,29 @@ def test_a_kubeconfig_the_client_cannot_read_is_one_line_and_exit_2(
     assert result.code == 2, result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: ") and message.format(path=path) in line
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [("text/html", b"<html>sign in</html>"), ("application/json", b'{"items": 5}')],
+)
+def test_a_server_that_is_not_the_kubernetes_api_is_one_line_and_exit_3(
+    kind: str, body: bytes, tmp_path: Path
+) -> None:
+    with servers.static({"/api/v1/nodes": (kind, body)}) as url:
+        path = tmp_path / "kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "clusters": [{"name": "c", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        result = run_cli("doctor", "--kubeconfig", str(path))
+    assert (result.code, result.stdout) == (3, "")
+    assert result.stderr.splitlines() == [
+        f"error: Kubernetes API at {url}: the answer is not what the Kubernetes API returns"
+    ]
