@@ -14,9 +14,10 @@ Alertmanager and Grafana, never sent).
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from gpuinfra.addons.base import Name, Settings
 from gpuinfra.suggest import did_you_mean
@@ -36,7 +37,26 @@ _SecretKey = Annotated[
         description="Key in the alerting Secret that holds this credential.",
     ),
 ]
-_Url = Annotated[str, Field(pattern=r"^https?://[^\s]+$")]
+
+
+def _http_url(value: str) -> str:
+    """An http(s) URL Alertmanager loads: it refuses its whole configuration for a host it
+    cannot parse ('http://[::1') or a control character."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        usable = value.isascii() and value.isprintable() and bool(parts.hostname)
+        usable = usable and parts.port != 0  # reading the port checks it is 1-65535
+    except ValueError:
+        usable = False
+    if not usable:
+        raise ValueError(
+            f"{value!r} is not an http(s) URL with a host (allowed: e.g. "
+            "https://alerts.example.com/v2; ASCII, a port 1-65535)"
+        )
+    return value
+
+
+_Url = Annotated[str, Field(pattern=r"^https?://[^\s]+$"), AfterValidator(_http_url)]
 
 _TITLE = (
     '[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] '

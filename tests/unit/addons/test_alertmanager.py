@@ -294,6 +294,22 @@ def test_no_credential_is_written_in_the_values() -> None:
             {"secret": "alerting", "receivers": [{"name": "chat", "type": "wechat"}]},
             "'wechat'",
         ),
+        # Alertmanager refuses the whole configuration for a URL it cannot parse.
+        (
+            {"secret": "alerting", "receivers": [{"name": "oncall", "type": "pagerduty",
+             "url": "http://[::1"}]},
+            "receivers[0].pagerduty.url: 'http://[::1' is not an http(s) URL with a host",
+        ),
+        (
+            {"secret": "alerting", "receivers": [{"name": "oncall", "type": "opsgenie",
+             "apiUrl": "https://api.opsgenie.com\x7f/"}]},
+            "receivers[0].opsgenie.apiUrl: 'https://api.opsgenie.com\\x7f/' is not an http(s) URL",
+        ),
+        (
+            {"secret": "alerting", "receivers": [{"name": "chat", "type": "wecom", "corpId": "w",
+             "agentId": "1", "toParty": "2", "apiUrl": "https://qyapi.example:99999/"}]},
+            "(allowed: e.g. https://alerts.example.com/v2; ASCII, a port 1-65535)",
+        ),
     ],
 )  # fmt: skip
 def test_a_bad_alerting_block_is_one_clear_line(
