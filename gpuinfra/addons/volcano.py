@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator, model_validator
 
 from gpuinfra.addons.base import (
     QUANTITY_PATTERN,
@@ -18,6 +18,7 @@ from gpuinfra.addons.base import (
     enabled_field,
     metadata,
 )
+from gpuinfra.errors import excerpt
 from gpuinfra.versions import Versions
 
 RELEASE = "volcano"
@@ -28,22 +29,32 @@ DEFAULT_ACTIONS: tuple[Action, ...] = ("enqueue", "allocate", "reclaim", "backfi
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 
 
-def check_quantities(resources: dict[str, str | int]) -> dict[str, str | int]:
-    for resource, amount in resources.items():
-        if isinstance(amount, bool) or not _QUANTITY.match(str(amount)):
-            raise ValueError(f"{resource}: '{amount}' is not a resource quantity (e.g. 8, 64Gi)")
-    return resources
+def _amount(value: Any, handler: ValidatorFunctionWrapHandler) -> str | int:
+    # Checked before pydantic tries "str | int" member by member, which would give one line
+    # for each member it tried.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, str | int)
+        or not _QUANTITY.match(str(value))
+    ):
+        raise ValueError(
+            f"{excerpt(repr(value))} is not a resource quantity (allowed: a whole number such "
+            "as 8, or a Kubernetes quantity string such as '500m' or '64Gi')"
+        )
+    return cast("str | int", handler(value))
+
+
+# A resource amount: 8 as YAML reads it, or a quantity string ("500m", "64Gi").
+Amount = Annotated[str | int, WrapValidator(_amount)]
 
 
 class VolcanoQueue(Settings):
     name: Name
     weight: int = Field(default=1, ge=1, le=65535)
     # Upper bound per resource (nvidia.com/gpu, cpu, memory); empty means unbounded.
-    capability: dict[str, str | int] = Field(default_factory=dict)
+    capability: dict[str, Amount] = Field(default_factory=dict)
     # Whether other queues may reclaim resources this queue uses beyond its share.
     reclaimable: bool = True
-
-    _quantities = field_validator("capability")(check_quantities)
 
 
 class VolcanoSettings(AddonSettings):

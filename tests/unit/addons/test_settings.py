@@ -205,8 +205,9 @@ def test_a_misspelled_role_variable_is_named_with_a_suggestion() -> None:
         (
             "volcano",
             {"queues": [{"name": "a", "capability": {"cpu": "lots"}}]},
-            "queues[0].capability",
-            "cpu: 'lots' is not a resource quantity",
+            "queues[0].capability.cpu",
+            "'lots' is not a resource quantity (allowed: a whole number such as 8, or a "
+            "Kubernetes quantity string",
         ),
         ("kueue", {"teams": ["ml"]}, "", "teams need at least one flavor"),
         (

@@ -790,6 +790,26 @@ CASES: list[Case] = [
         "addons.kueue.flavors[0].cpu",
         "Kubernetes quantity",
     ),
+    # A Volcano queue's capability is a whole number or a quantity string: one line each.
+    *(
+        stack(
+            f"addon-volcano-capability-{case_id}",
+            sub(
+                PROD, "capability: {nvidia.com/gpu: 8}", f"capability: {{nvidia.com/gpu: {value}}}"
+            ),
+            "addons.volcano.queues[0].capability.nvidia.com/gpu",
+            "allowed: a whole number such as 8, or a Kubernetes quantity string",
+            file=PROD,
+            argv=("config", "check", "--stack", "prod"),
+        )
+        for case_id, value in (
+            ("inf", ".inf"),
+            ("fraction", "8.5"),
+            ("bool", "true"),
+            ("negative", "-1"),
+            ("word", "lots"),
+        )
+    ),
     stack(
         "addon-namespace",
         sub(DEV, "    kueue:\n", "    kueue:\n      namespace: Kueue_System\n"),
