@@ -105,20 +105,20 @@ def diff_tables(report: diff_mod.Report) -> list[RenderableType]:
             table.add_row("error", line, "", "", "")
         if target.cost:
             cost = target.cost
-            table.add_row(
-                "cost",
-                "monthly at desired size",
-                "",
-                _usd(cost.base_desired),
-                f"{_usd(cost.head_desired)} ({diff_mod.signed_usd(cost.delta_desired)})",
-            )
-            table.add_row(
-                "cost",
-                "monthly at max size",
-                "",
-                _usd(cost.base_max),
-                f"{_usd(cost.head_max)} ({diff_mod.signed_usd(cost.delta_max)})",
-            )
+            for what, base, head, delta in (
+                ("desired", cost.base_desired, cost.head_desired, cost.delta_desired),
+                ("max", cost.base_max, cost.head_max, cost.delta_max),
+            ):
+                moved = diff_mod.signed_usd(delta)
+                if not cost.delta_known:
+                    moved = f"delta unknown: {cost.unknown_because}; priced lines {moved}"
+                table.add_row(
+                    "cost", f"monthly at {what} size", "", _usd(base), f"{_usd(head)} ({moved})"
+                )
+            for line in cost.lacking_added:
+                table.add_row("cost", f"now lacking a price: {line}", "", "", "")
+            for line in cost.lacking_removed:
+                table.add_row("cost", f"no longer lacking a price: {line}", "", "", "")
         for name, section in target.sections.items():
             for key in section.added:
                 table.add_row(name, f"+ {key}", "", "", "")

@@ -83,6 +83,25 @@ class CostDelta:
     head_max: float
     lacking_added: tuple[str, ...] = ()
     lacking_removed: tuple[str, ...] = ()
+    # False for a stack or site only one side has: its delta is its whole (priced) cost.
+    both_sides: bool = True
+
+    @property
+    def delta_known(self) -> bool:
+        """Whether both totals price the same lines. A line that lost its price (a region the
+        tables lack, a pool moved to spot) drops out of the head's total and would read as a
+        saving; one that gained a price would read as a rise."""
+        return not (self.both_sides and (self.lacking_added or self.lacking_removed))
+
+    @property
+    def unknown_because(self) -> str:
+        """Why the delta is unknown: how many lines lost or gained a price."""
+        reasons = []
+        if self.lacking_added:
+            reasons.append(f"{_lines(len(self.lacking_added))} now without a price")
+        if self.lacking_removed:
+            reasons.append(f"{_lines(len(self.lacking_removed))} newly priced")
+        return ", ".join(reasons)
 
     @property
     def delta_desired(self) -> float:
@@ -111,7 +130,12 @@ class CostDelta:
             },
             "lacking_prices_added": list(self.lacking_added),
             "lacking_prices_removed": list(self.lacking_removed),
+            "delta_known": self.delta_known,
         }
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"
 
 
 @dataclass(frozen=True)
@@ -334,6 +358,7 @@ def _cost(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> Cos
         head_max=float(after["monthly_max_usd"]),
         lacking_added=tuple(sorted(lacking_after - lacking_before)),
         lacking_removed=tuple(sorted(lacking_before - lacking_after)),
+        both_sides=base is not None and head is not None,
     )
 
 
@@ -695,6 +720,12 @@ def signed_usd(value: float) -> str:
     return ("+" if value > 0 else "") + usd(value) if value else "$0.00"
 
 
+def _markdown_delta(cost: CostDelta, delta: float) -> str:
+    if cost.delta_known:
+        return f"**{signed_usd(delta)}**"
+    return f"**unknown** ({cost.unknown_because}; priced lines {signed_usd(delta)})"
+
+
 def _cell(value: Any) -> str:
     if value == MISSING:
         return "—"
@@ -782,9 +813,9 @@ def _markdown_target(target: TargetDiff) -> list[str]:
             "| monthly cost | base | head | delta |",
             "|---|---|---|---|",
             f"| at desired size | {usd(c.base_desired)} | {usd(c.head_desired)} | "
-            f"**{signed_usd(c.delta_desired)}** |",
+            f"{_markdown_delta(c, c.delta_desired)} |",
             f"| at max size | {usd(c.base_max)} | {usd(c.head_max)} | "
-            f"**{signed_usd(c.delta_max)}** |",
+            f"{_markdown_delta(c, c.delta_max)} |",
             "",
         ]
         out += [f"- now lacking a price: {item}" for item in c.lacking_added]

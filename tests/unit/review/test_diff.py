@@ -99,6 +99,22 @@ def test_node_pool_resize_changes_the_node_group_and_costs_more(clone: Clone) ->
     assert prod["cost"]["monthly_desired_usd"]["delta"] == round(expected, 2)
 
 
+def test_a_region_without_prices_is_no_saving(clone: Clone) -> None:
+    def move(repo: Path) -> None:
+        path = repo / "stacks" / "Pulumi.staging.yaml"
+        path.write_text(path.read_text().replace("us-east-1", "us-west-2"))
+
+    repo = clone("Move staging to us-west-2", move)
+    result = run_diff(repo, "--stack", "staging", "--format", "markdown")
+    # The cost ceiling cannot be checked without prices: a policy violation the change adds.
+    assert result.code == 1, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| at ")]
+    assert len(rows) == 2, result.stdout
+    for row in rows:
+        delta = row.rstrip(" |").rsplit(" | ", 1)[1]
+        assert delta.startswith("**unknown** (4 lines now without a price; priced lines -$"), row
+
+
 def test_alert_added_is_reported_by_name(clone: Clone) -> None:
     def add_alert(repo: Path) -> None:
         path = repo / "gpuinfra" / "addons" / "data" / "gpu-alerts.yaml"

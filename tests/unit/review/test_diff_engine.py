@@ -120,6 +120,56 @@ def test_cost_delta_per_month() -> None:
     assert cost.lacking_added == ("NAT",)
 
 
+def test_lines_that_lose_their_price_make_the_delta_unknown_not_a_saving() -> None:
+    from gpuinfra.cli import review
+    from gpuinfra.cli.console import render_text
+
+    # The stack moved to a region the price tables lack: its pool and volumes are still there,
+    # only their prices are gone.
+    unpriced = ["pool gpu: g6e.xlarge (on-demand)", "pool gpu: root volumes (gp3, 200 GiB each)"]
+    head = plan(
+        cost={"monthly_desired_usd": 0.0, "monthly_max_usd": 0.0, "lacking_prices": unpriced}
+    )
+    result = diff.diff_plans("stack prod", plan(), head)
+    report = diff.Report(
+        base="main", base_commit="0" * 40, versions=diff.VersionsDiff(), targets=(result,)
+    )
+    text = diff.render_markdown(report)
+    assert (
+        "| at desired size | $100.00 | $0.00 | **unknown** (2 lines now without a price; "
+        "priced lines -$100.00) |"
+    ) in text
+    assert "**-$100.00**" not in text
+    table = render_text(review.diff_tables(report))
+    row = next(line for line in table.splitlines() if "monthly at desired size" in line)
+    assert "delta unknown" in row, table
+    assert "now lacking a price" in table and "g6e.xlarge (on-demand)" in table
+    assert result.cost is not None
+    assert result.cost.document()["delta_known"] is False
+    assert result.cost.document()["monthly_desired_usd"]["delta"] == -100.0
+
+    # Prices found again read as a rise of the same kind: unknown too.
+    back = diff.Report(
+        base="main",
+        base_commit="0" * 40,
+        versions=diff.VersionsDiff(),
+        targets=(diff.diff_plans("stack prod", head, plan()),),
+    )
+    assert "**unknown** (2 lines newly priced; priced lines +$100.00) |" in diff.render_markdown(
+        back
+    )
+
+
+def test_a_delta_over_the_same_priced_lines_is_known() -> None:
+    same = {"monthly_desired_usd": 150.0, "monthly_max_usd": 200.0, "lacking_prices": ["NAT"]}
+    result = diff.diff_plans(
+        "stack prod", plan(cost={**same, "monthly_desired_usd": 100.0}), plan(cost=same)
+    )
+    assert result.cost is not None and result.cost.document()["delta_known"] is True
+    added = diff.diff_plans("stack perf", None, plan(cost=same)).cost
+    assert added is not None and added.document()["delta_known"] is True
+
+
 def test_new_stack_is_added_with_its_whole_cost() -> None:
     result = diff.diff_plans("stack perf", None, plan())
     assert result.status == "added"
