@@ -29,7 +29,7 @@ from gpuinfra import secrets
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
-from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError
+from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError, excerpt
 from gpuinfra.paths import repo_root
 from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
@@ -561,6 +561,10 @@ def _git(root: Path, *args: str) -> str:
 
 
 def resolve(ref: str, root: Path) -> str:
+    shown = f"--base {excerpt(repr(ref), 60)}"
+    if not ref.strip():
+        # An unset shell variable (--base "$BASE"): say so rather than "not a commit".
+        raise UsageError(f"{shown}: empty (allowed: a commit, branch or tag, e.g. origin/main)")
     try:
         _git(root, "rev-parse", "--git-dir")
     except GitFailed:
@@ -571,7 +575,7 @@ def resolve(ref: str, root: Path) -> str:
         return _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except GitFailed:
         raise UsageError(
-            f"--base {ref}: not a commit in {root.name} (fetch it first, e.g. git fetch origin)"
+            f"{shown}: not a commit in {root.name} (fetch it first, e.g. git fetch origin)"
         ) from None
 
 

@@ -1426,6 +1426,9 @@ CASES: list[Case] = [
         arg(case_id, ("diff", "--base", *argv), name, allowed, edit=git_repo(nothing))
         for case_id, argv, name, allowed in (
             ("diff-unknown-base", ("no-such-ref", "--stack", "dev"), "--base", "not a commit"),
+            # An unset shell variable: the message shows the empty value.
+            ("diff-empty-base", ("", "--stack", "dev"), "--base ''", "empty"),
+            ("diff-blank-base", (" ", "--stack", "dev"), "--base ' '", "empty"),
             ("diff-site-name-long", ("HEAD", "--site", "x" * 300), "--site", "at most 255 bytes"),
             ("diff-stack-path", ("HEAD", "--stack", "../x"), "--stack", "letters, digits"),
         )

@@ -156,7 +156,7 @@ def test_bump_that_breaks_a_compatibility_rule_is_a_warning(tmp_path: Path) -> N
 def test_unknown_base_is_a_usage_error(base_repo: Path) -> None:
     result = run_cli("diff", "--base", "no-such-ref", root=base_repo, cwd=base_repo)
     assert result.code == 2
-    assert result.stderr.startswith("error: --base no-such-ref: not a commit")
+    assert result.stderr.startswith("error: --base 'no-such-ref': not a commit")
 
 
 def test_host_moved_to_another_driver_source_changes_only_that_host(clone: Clone) -> None:
