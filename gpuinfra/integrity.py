@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -449,12 +450,27 @@ def quantity(value: Any) -> float:
     return float(amount) if amount is not None else float(text)
 
 
-def _shown(resource: str, amount: float) -> str:
+def _exact(value: Any) -> Decimal | float:
+    """A quantity for a message, exactly: as a float, 99999999999999999999 reads 1e+20."""
+    text = str(value).strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        # Digits alone, read as written (a suffix's arithmetic rounds to 28 digits).
+        return Decimal(text)
+    amount = quantity_amount(text)
+    return amount if amount is not None else quantity(value)
+
+
+def _shown(resource: str, amount: float | Decimal) -> str:
     if amount == UNKNOWN:
         return "unknown"
     if resource == "memory":
-        return f"{amount / 1024**3:.1f}Gi"
-    return f"{amount:g}"
+        return f"{float(amount) / 1024**3:.1f}Gi"
+    if isinstance(amount, Decimal):
+        whole = amount.is_finite() and amount == amount.to_integral_value()
+    else:
+        whole = amount.is_integer()
+    # A whole number in full: "1234567", not "1.23457e+06".
+    return str(int(amount)) if whole else f"{amount:g}"
 
 
 # --- the rules ------------------------------------------------------------------------------------
@@ -774,8 +790,9 @@ def _volcano_queues(state: State) -> list[Finding]:
                         "quotas",
                         _label(obj),
                         f"spec.capability.{resource}",
-                        f"caps {resource} at {_shown(resource, amount)}, the cluster can give "
-                        f"{_shown(resource, total.get(resource, 0.0))} at its largest: lower it",
+                        f"caps {resource} at {_shown(resource, _exact(value))}, the cluster "
+                        f"can give {_shown(resource, total.get(resource, 0.0))} at its largest: "
+                        "lower it",
                     )
                 )
     kueue_gpus = sum(
@@ -795,9 +812,9 @@ def _volcano_queues(state: State) -> list[Finding]:
                 "quotas",
                 "Volcano queues and the Kueue ClusterQueue",
                 "spec.capability",
-                f"together they hand out {volcano_gpus + kueue_gpus:g} GPUs of {gpus:g}: neither "
-                "sees what the other admitted, so jobs admitted by one can wait for GPUs the "
-                "other holds; split the GPUs between them",
+                f"together they hand out {_shown(GPU_RESOURCE, volcano_gpus + kueue_gpus)} GPUs "
+                f"of {_shown(GPU_RESOURCE, gpus)}: neither sees what the other admitted, so jobs "
+                "admitted by one can wait for GPUs the other holds; split the GPUs between them",
             )
         )
     return found
@@ -832,7 +849,8 @@ def _flavor_findings(
     found = []
     for r, resource in enumerate(flavor.get("resources", [])):
         rname = resource.get("name", "")
-        nominal = quantity(resource.get("nominalQuota", 0))
+        written = resource.get("nominalQuota", 0)
+        nominal = quantity(written)
         capacity = sum(n.allocatable.get(rname, 0.0) * n.count for n in selected)
         if nominal > capacity:
             pools = ", ".join(f"{n.name} (up to {n.count})" for n in selected)
@@ -842,9 +860,9 @@ def _flavor_findings(
                     "quotas",
                     _label(queue),
                     f"{path}.resources[{r}].nominalQuota",
-                    f"flavor {name} grants {_shown(rname, nominal)} {rname}, the nodes it "
-                    f"selects can give {_shown(rname, capacity)} at their largest ({pools}): "
-                    "lower the quota or raise the pools' maxSize",
+                    f"flavor {name} grants {_shown(rname, _exact(written))} "
+                    f"{rname}, the nodes it selects can give {_shown(rname, capacity)} at their "
+                    f"largest ({pools}): lower the quota or raise the pools' maxSize",
                 )
             )
     offered = {k for n in selected for k, v in n.allocatable.items() if v and _gpu_resource(k)}

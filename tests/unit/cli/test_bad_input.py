@@ -706,6 +706,28 @@ CASES: list[Case] = [
         "nominalQuota",
         "can give 2 at their largest",
     ),
+    # Whole numbers in full: not 1e+20 or 1.23457e+06.
+    *(
+        stack(
+            f"addon-kueue-quota-{len(gpus)}-digits",
+            sub(DEV, "gpus: 2", f"gpus: {gpus}"),
+            "nominalQuota",
+            f"grants {gpus} nvidia.com/gpu",
+        )
+        for gpus in ("99999999999999999999", "1234567")
+    ),
+    stack(
+        "addon-volcano-capability-20-digits",
+        sub(
+            PROD,
+            "capability: {nvidia.com/gpu: 8}",
+            "capability: {nvidia.com/gpu: 99999999999999999999}",
+        ),
+        "spec.capability.nvidia.com/gpu",
+        "caps nvidia.com/gpu at 99999999999999999999, the cluster can give",
+        file=PROD,
+        argv=("config", "check", "--stack", "prod"),
+    ),
     stack(
         "addon-kueue-quota-negative",
         sub(DEV, "gpus: 2", "gpus: -1"),
