@@ -39,6 +39,12 @@ class MeasurementFailed(GpuinfraError):
 
 # Seconds a server given by ``--url`` has to say which Triton it is before anything is measured.
 ANSWER_TIMEOUT = 10.0
+# Seconds one load of a configuration may take: a large model's weights take minutes to read and
+# place; a server silent for longer has stopped answering.
+LOAD_TIMEOUT = 600.0
+# Seconds one perf_analyzer run may take: its trials (1 s windows, 10 at most) end within a
+# minute on a server that answers.
+MEASURE_TIMEOUT = 300.0
 _NO_ANSWER = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 
 
@@ -244,9 +250,22 @@ def perf_analyzer(
         str(report),
         *(extra or []),
     ]
-    done = subprocess.run(
-        args, env=inst.env(), capture_output=True, text=True, timeout=300, check=False
-    )
+    try:
+        done = subprocess.run(
+            args,
+            env=inst.env(),
+            capture_output=True,
+            text=True,
+            timeout=MEASURE_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        # Stopped (run kills it): nothing was measured, so nothing is known of the configuration.
+        raise ToolError(
+            f"perf_analyzer did not finish measuring {model} at concurrency {concurrency} on "
+            f"Triton at {url} within {MEASURE_TIMEOUT:g} s: the server does not answer its "
+            "requests in time"
+        ) from None
     if done.returncode != 0 or not report.exists():
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise MeasurementFailed(
@@ -340,11 +359,20 @@ def session(
                         model.name,
                         headers=dict(headers or {}),
                         config=json_format.MessageToJson(config),
+                        client_timeout=LOAD_TIMEOUT,
                     )
                 except InferenceServerException as refused:
+                    # Checked first: Triton refuses a load without the key as UNAVAILABLE.
                     if refused_for_admin_key(refused.message() or ""):
                         raise AdminKeyRefused(
                             f"Triton at {address} refused to load {model.name}"
+                        ) from None
+                    status = refused.status() or "error"
+                    if status in _NO_ANSWER:
+                        raise ToolError(
+                            f"Triton at {address} does not answer: {status}: "
+                            f"{refused.message()} (loading {model.name}, at most "
+                            f"{LOAD_TIMEOUT:g} s)"
                         ) from None
                     raise MeasurementFailed(
                         f"Triton at {address} did not load {model.name}: {refused.message()}"

@@ -406,3 +406,90 @@ def test_a_measurement_file_that_cannot_be_written_is_refused_before_measuring(
             f"as {record} (move it away)"
         )
     assert variables.read_text() == before
+
+
+@pytest.fixture
+def stops_answering() -> Iterator[str]:
+    """A gRPC server on 127.0.0.1 speaking Triton's protocol that says which Triton it is and
+    then stops answering: a load never gets its reply (within the test)."""
+    import threading
+    from concurrent import futures
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    released = threading.Event()
+
+    class Stalled(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+        def ServerMetadata(self, request: object, context: object) -> object:
+            return service_pb2.ServerMetadataResponse(name="triton", version="2.51.0")
+
+        def RepositoryModelLoad(self, request: object, context: object) -> object:
+            released.wait(20)
+            return service_pb2.RepositoryModelLoadResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Stalled(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        released.set()
+        server.stop(grace=None)
+
+
+def test_a_server_that_stops_answering_while_loading_is_one_line_in_bounded_time(
+    repo: Path,
+    stops_answering: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The server answered its metadata, then never answers the load: exit 3 within the load's
+    bound, nothing measured or written."""
+    from gpuinfra.lab import tune as tune_mod
+
+    before = (repo / "stacks" / "Pulumi.dev.yaml").read_text()
+    monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
+    monkeypatch.setenv(local.VENV_ENV, str(ROOT / local.VENV))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(tune_mod, "LOAD_TIMEOUT", 1.0)
+    started = time.monotonic()
+    code, _, err = run_main(
+        capsys, *("triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"),
+        *("--url", stops_answering),
+    )  # fmt: skip
+    assert time.monotonic() - started < 8
+    assert code == 3, err
+    (line,) = err.splitlines()
+    assert line == (
+        f"error: Triton at {stops_answering} does not answer: StatusCode.DEADLINE_EXCEEDED: "
+        "Deadline Exceeded (loading bert, at most 1 s)"
+    )
+    assert (repo / "stacks" / "Pulumi.dev.yaml").read_text() == before
+    assert not (repo / "stacks" / "tuning").exists()
+
+
+def test_a_measurement_past_its_limit_is_one_line_in_bounded_time(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """perf_analyzer on the local Triton, whose stand-in takes 1 s a batch, cannot finish a
+    measurement within a limit of 1 s: it is stopped, and the command says so in one line
+    (exit 3, the server does not answer in time) instead of a traceback."""
+    from gpuinfra.lab import tune as tune_mod
+
+    before = (repo / "stacks" / "Pulumi.dev.yaml").read_text()
+    monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
+    monkeypatch.setenv(local.VENV_ENV, str(ROOT / local.VENV))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(tune_mod, "MEASURE_TIMEOUT", 1.0)
+    code, _, err = run_main(
+        capsys, *("triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"),
+        *("--concurrency", "1", "--stand-in-cost-us", "1000000,0"),
+    )  # fmt: skip
+    assert code == 3, err
+    (line,) = err.splitlines()
+    assert line.startswith("error: perf_analyzer did not finish measuring bert at concurrency 1 ")
+    assert line.endswith(" within 1 s: the server does not answer its requests in time")
+    assert (repo / "stacks" / "Pulumi.dev.yaml").read_text() == before
+    assert not (repo / "stacks" / "tuning").exists()
