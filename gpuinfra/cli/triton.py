@@ -237,7 +237,7 @@ def tune(
     out.print(_table(result))
     baseline = result.baseline.at_highest().throughput
     say(
-        f"{len(result.rows)} configurations x {len(levels)} concurrency levels in "
+        f"{len(result.rows)} configurations x {len(result.concurrency)} concurrency levels in "
         f"{result.seconds:.0f} s on Triton {result.triton_version}"
     )
     if result.chosen is None:
@@ -251,7 +251,8 @@ def tune(
         )
     best = result.chosen.candidate
     gain = result.chosen.at_highest().throughput / baseline if baseline else float("inf")
-    say(f"chosen: {best.label()} ({gain:.1f}x the untuned throughput at c={max(levels)})")
+    highest = max(result.concurrency)
+    say(f"chosen: {best.label()} ({gain:.1f}x the untuned throughput at c={highest})")
     if best.untuned:
         say("the model's current settings are already the best: nothing to change")
         _record(record, result)

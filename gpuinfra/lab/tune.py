@@ -408,6 +408,8 @@ def tune(
     """Sweep the grid on a real Triton and choose the configuration that fits the SLA."""
     if not concurrency or min(concurrency) < 1:
         raise UsageError("--concurrency: give one or more levels of at least 1, e.g. 1,8,16")
+    # A level given twice is measured once, as a grid value given twice is one candidate.
+    levels = sorted(set(concurrency))
     started = time.monotonic()
     with session(
         model,
@@ -416,11 +418,11 @@ def tune(
         interval_ms=interval_ms,
         headers=headers,
     ) as running:
-        rows, chosen = sweep(model, sla, concurrency, grid or Grid(), running.measure, progress)
+        rows, chosen = sweep(model, sla, levels, grid or Grid(), running.measure, progress)
     return Result(
         model=model.name,
         sla=sla,
-        concurrency=sorted(concurrency),
+        concurrency=levels,
         rows=rows,
         chosen=chosen,
         triton_version=running.triton_version,

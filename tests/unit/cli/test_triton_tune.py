@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -493,3 +494,41 @@ def test_a_measurement_past_its_limit_is_one_line_in_bounded_time(
     assert line.endswith(" within 1 s: the server does not answer its requests in time")
     assert (repo / "stacks" / "Pulumi.dev.yaml").read_text() == before
     assert not (repo / "stacks" / "tuning").exists()
+
+
+def test_a_level_or_value_given_twice_is_measured_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Triton needed: the server is replaced by one that records what is measured. A
+    concurrency level given twice is measured once and is one column, as a max_batch_size
+    given twice is one configuration."""
+    from contextlib import contextmanager
+
+    from gpuinfra.lab import tune as tune_mod
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    measured: list[tuple[int, list[int]]] = []
+
+    def measure(configured: Any, levels: list[int]) -> list[tune_mod.Point]:
+        measured.append((configured.max_batch_size, levels))
+        # Larger batches serve more: a tuned configuration is chosen.
+        return [tune_mod.Point(c, 10.0 * c * configured.max_batch_size, 5.0) for c in levels]
+
+    @contextmanager
+    def session(model: object, **kwargs: object) -> Iterator[tune_mod.Session]:
+        yield tune_mod.Session(measure, "2.51.0")
+
+    monkeypatch.setattr(tune_mod, "session", session)
+    code, out, err = run_main(
+        capsys, *("triton", "tune", "--site", str(site), "--model", "resnet50", "--p99-ms", "200"),
+        *("--concurrency", "8,1,8", "--max-batch-size", "16,16", "--queue-delay-us", "200"),
+        *("--instances", "1", "--dry-run"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert all(levels == [1, 8] for _, levels in measured)
+    # The model as configured, then batch 16 without and with preferred sizes: once each.
+    assert [size for size, _ in measured].count(16) == 2
+    header = next(line for line in out.splitlines() if "infer/s" in line)
+    assert header.count("c=8 infer/s") == header.count("c=1 infer/s") == 1
+    assert "2 concurrency levels" in out
