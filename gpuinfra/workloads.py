@@ -20,7 +20,7 @@ from gpuinfra.addons.base import (
     GPU_TYPE_LABEL,
     quantity_amount,
 )
-from gpuinfra.addons.kueue import SHARED_NAMESPACES
+from gpuinfra.addons.kueue import CLUSTER_NAMESPACES_REFUSED, cluster_namespace
 from gpuinfra.errors import InputInvalid, excerpt
 from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import FLOATING_WORDS
@@ -122,11 +122,12 @@ class TrainingJob:
                     f"{MAX_LABEL} lowercase letters, digits and '-', starting and ending with a "
                     "letter or digit)"
                 )
-        if self.namespace in SHARED_NAMESPACES:
-            # Kueue admits a team's Jobs through the LocalQueue in the team's own namespace.
+        # Kueue admits a team's Jobs through the LocalQueue in the team's own namespace. A
+        # namespace that is no Kubernetes name has had its line.
+        if DNS_LABEL.fullmatch(self.namespace) and cluster_namespace(self.namespace):
             found.append(
-                f"--namespace {self.namespace!r}: a namespace every cluster shares, not a team's "
-                f"(not allowed: {allowed(SHARED_NAMESPACES)})"
+                f"--namespace {self.namespace!r}: the cluster's own namespace, not a team's "
+                f"({CLUSTER_NAMESPACES_REFUSED})"
             )
         known = gpu_types()
         if self.gpu_type not in known:

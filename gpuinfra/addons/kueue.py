@@ -23,7 +23,6 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.addons.isolation import QUEUE_LABEL
-from gpuinfra.suggest import allowed
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
@@ -31,17 +30,28 @@ RELEASE = "kueue"
 MIG_PROFILE = r"^[1-7]g\.[0-9]+gb(\+me)?$"
 API = "kueue.x-k8s.io/v1beta2"
 IMAGE = "registry.k8s.io/kueue/kueue"
-# Namespaces every cluster has and shares. A team's namespace is gpuinfra's to label (its queue,
-# Pod Security baseline): on one of these that would fence the control plane's own pods, or
-# admit every user's workloads to the queue.
-SHARED_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+# The cluster's own namespaces: default, and every name Kubernetes keeps for itself with the
+# kube- prefix (kube-system, kube-public, kube-node-lease and any it adds). A team's namespace
+# is gpuinfra's to label (its queue, Pod Security baseline): on one of these that would fence
+# the control plane's own pods, or admit every user's workloads to the queue.
+CLUSTER_NAMESPACE = "default"
+SYSTEM_PREFIX = "kube-"
+CLUSTER_NAMESPACES_REFUSED = (
+    f"not allowed: '{CLUSTER_NAMESPACE}' or a name starting with '{SYSTEM_PREFIX}', the prefix "
+    "Kubernetes keeps for its own namespaces"
+)
+
+
+def cluster_namespace(name: str) -> bool:
+    """Whether ``name`` is one of the cluster's own namespaces, never a team's."""
+    return name == CLUSTER_NAMESPACE or name.startswith(SYSTEM_PREFIX)
 
 
 def _own_namespace(team: str) -> str:
-    if team in SHARED_NAMESPACES:
+    if cluster_namespace(team):
         raise ValueError(
-            f"'{team}' is a namespace every cluster shares, not a team's (not allowed: "
-            f"{allowed(SHARED_NAMESPACES)}); give the team a namespace of its own"
+            f"'{team}' is the cluster's own namespace, not a team's "
+            f"({CLUSTER_NAMESPACES_REFUSED}); give the team a namespace of its own"
         )
     return team
 

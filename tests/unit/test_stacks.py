@@ -385,10 +385,20 @@ BAD_STACKS = {
         "teams: [research]",
         "teams: [research, kube-system]",
         [
-            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.teams[1]: 'kube-system' is a "
-            "namespace every cluster shares, not a team's (not allowed: 'default', "
-            "'kube-node-lease', 'kube-public' or 'kube-system'); give the team a namespace of "
-            "its own"
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.teams[1]: 'kube-system' is the "
+            "cluster's own namespace, not a team's (not allowed: 'default' or a name starting "
+            "with 'kube-', the prefix Kubernetes keeps for its own namespaces); give the team a "
+            "namespace of its own"
+        ],
+    ),
+    "Kueue team in a kube- namespace": (
+        "teams: [research]",
+        "teams: [kube-research, research]",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:addons.kueue.teams[0]: 'kube-research' is "
+            "the cluster's own namespace, not a team's (not allowed: 'default' or a name "
+            "starting with 'kube-', the prefix Kubernetes keeps for its own namespaces); give "
+            "the team a namespace of its own"
         ],
     ),
     "Kueue team in an add-on's namespace": (

@@ -110,8 +110,10 @@ def lines_of(**changes: Any) -> list[str]:
         ({"name": "j" * 60, "nodes": 1000}, "NAME 'jjjj"),
         ({"namespace": "Team"}, "--namespace 'Team': not a Kubernetes namespace (allowed:"),
         ({"namespace": "team-"}, "--namespace 'team-': not a Kubernetes namespace"),
-        ({"namespace": "kube-system"}, "--namespace 'kube-system': a namespace every cluster shares, not a team's"),
-        ({"namespace": "default"}, "--namespace 'default': a namespace every cluster shares"),
+        ({"namespace": "kube-system"}, "--namespace 'kube-system': the cluster's own namespace, not a team's (not allowed: 'default' or a name starting with 'kube-', the prefix Kubernetes keeps for its own namespaces)"),
+        ({"namespace": "kube-foo"}, "--namespace 'kube-foo': the cluster's own namespace, not a team's (not allowed: 'default' or a name starting with 'kube-'"),
+        ({"namespace": "default"}, "--namespace 'default': the cluster's own namespace, not a team's"),
+        ({"namespace": "kube-"}, "--namespace 'kube-': not a Kubernetes namespace (allowed:"),
         ({"queue": "Bad_Q"}, "--queue 'Bad_Q': not a Kubernetes LocalQueue name (allowed:"),
         ({"gpu_type": "H 100"}, "--gpu-type 'H 100': not a GPU type gpuinfra knows; did you mean 'h100'? (allowed: 'a10', "),
         ({"gpu_type": "H100"}, "--gpu-type 'H100': not a GPU type gpuinfra knows; did you mean 'h100'?"),
@@ -184,6 +186,19 @@ def test_the_command_refuses_every_bad_flag_and_prints_nothing(tmp_path: Path) -
     for internal in ("socket_ifname", "shm_size", "gpu_type", "efa_interfaces"):
         assert internal not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_refuses_a_kube_namespace_in_one_line(tmp_path: Path) -> None:
+    result = run_cli(
+        "workloads", "training", "llm-pretrain", "--namespace", "kube-foo", "--gpu-type", "h100",
+        "--image", "nvcr.io/nvidia/pytorch:25.01-py3", cwd=tmp_path, root=ROOT,
+    )  # fmt: skip
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        "error: --namespace 'kube-foo': the cluster's own namespace, not a team's (not allowed: "
+        "'default' or a name starting with 'kube-', the prefix Kubernetes keeps for its own "
+        "namespaces)"
+    ]
 
 
 def test_the_command_runs_with_its_defaults(tmp_path: Path) -> None:

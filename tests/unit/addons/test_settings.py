@@ -217,7 +217,7 @@ def test_a_misspelled_role_variable_is_named_with_a_suggestion() -> None:
                 "teams": ["ml", "default"],
             },
             "teams[1]",
-            "'default' is a namespace every cluster shares, not a team's",
+            "'default' is the cluster's own namespace, not a team's",
         ),
         ("prometheus_stack", {"retention": "forever"}, "retention", "string should match pattern"),
     ],

@@ -764,12 +764,17 @@ CASES: list[Case] = [
         for team, allowed, argv in (
             (
                 "default",
-                "not allowed: 'default', 'kube-node-lease'",
+                "not allowed: 'default' or a name starting with 'kube-'",
                 ("config", "check", "--stack", "dev"),
             ),
             (
                 "kube-system",
-                "a namespace every cluster shares",
+                "the cluster's own namespace, not a team's",
+                ("plan", "--stack", "dev", "--out", "plan.txt"),
+            ),
+            (
+                "kube-team",
+                "the prefix Kubernetes keeps for its own namespaces",
                 ("plan", "--stack", "dev", "--out", "plan.txt"),
             ),
             (
@@ -1304,7 +1309,8 @@ CASES: list[Case] = [
             argv=argv,
         )
         for team, allowed in (
-            ("kube-system", "a namespace every cluster shares"),
+            ("kube-system", "the cluster's own namespace, not a team's"),
+            ("kube-team", "not allowed: 'default' or a name starting with 'kube-'"),
             ("triton", "the namespace of the Triton add-on"),
         )
         for command, argv in (("", ("config", "check", "--site", SITE)), ("plan-", PLAN_SITE))
