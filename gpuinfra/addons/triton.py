@@ -34,7 +34,7 @@ from gpuinfra.addons.base import (
     enabled_field,
     metadata,
 )
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import UsageError, excerpt
 from gpuinfra.versions import Versions
 
 if TYPE_CHECKING:
@@ -175,8 +175,22 @@ def _gpu_resource_name(value: str) -> str:
 
 
 GpuResource = Annotated[str, AfterValidator(_gpu_resource_name)]
-# A group's objects are named triton-<group>, its canary's triton-<group>-canary: 63 at most.
-GroupName = Annotated[Name, Field(max_length=48)]
+# A group's objects are named triton-<group>, its canary's triton-<group>-canary; a Service's
+# name is a DNS label, 63 characters at most.
+MAX_GROUP_NAME = 63 - len(f"{NAME}--canary")
+
+
+def _group_name(value: str) -> str:
+    if len(value) > MAX_GROUP_NAME:
+        raise ValueError(
+            f"{excerpt(repr(value), 30)} has {len(value)} characters (allowed: at most "
+            f"{MAX_GROUP_NAME}: the canary's objects are named {NAME}-<group>-canary, a "
+            "Kubernetes name of at most 63 characters)"
+        )
+    return value
+
+
+GroupName = Annotated[Name, AfterValidator(_group_name)]
 
 
 class Canary(Settings):

@@ -249,6 +249,13 @@ def _groups(*groups: dict[str, Any], **extra: Any) -> dict[str, Any]:
             "Deployment and Service triton-g-canary, one replacing the other (rename the group)",
         ),
         (
+            _groups({"name": "g" * 50, "models": ["a", "b"]}),
+            "servingGroups[0].name",
+            "'ggggggggggggggg ... gggggggg' has 50 characters (allowed: at most 49: the "
+            "canary's objects are named triton-<group>-canary, a Kubernetes name of at most 63 "
+            "characters)",
+        ),
+        (
             _groups({"name": "g", "models": ["a", "b"], "minReplicas": 3}),
             "servingGroups",
             "serving group 'g': minReplicas 3 is greater than maxReplicas 2",
@@ -261,6 +268,19 @@ def test_bad_groups_name_the_key(settings: dict[str, Any], path: str, message: s
     (problem,) = caught.value.problems
     assert problem.path == path
     assert problem.message.startswith(message)
+
+
+def test_the_longest_group_name_gives_its_canary_a_name_of_63_characters() -> None:
+    """The bound is the canary's: the longest name its Service, a DNS label, can have."""
+    settings = _groups(
+        {"name": "g" * 49, "models": ["a", "b"], "canary": {"weight": 10}},
+        gateway={"name": "gw"},
+        modelRepository={"pvc": "models"},
+    )
+    render = addons.render("triton", settings)
+    names = {o["metadata"]["name"] for o in render.objects if o["kind"] == "Service"}
+    assert names == {f"triton-{'g' * 49}", f"triton-{'g' * 49}-canary"}
+    assert max(len(n) for n in names) == 63
 
 
 def test_served_models_name_each_policy_some_pod_serves() -> None:
