@@ -241,12 +241,17 @@ def tune(
         f"{result.seconds:.0f} s on Triton {result.triton_version}"
     )
     if result.chosen is None:
-        _record(record, result)
+        if write:
+            _record(record, result)
         raise CheckFailed(
             [
                 f"no configuration of {model} meets P99 <= {bound:g} ms"
                 + (f" with >= {least:g} infer/s" if least else "")
-                + f"; measurement in {display_path(record)}"
+                + (
+                    f"; measurement in {display_path(record)}"
+                    if write
+                    else "; dry run: nothing written"
+                )
             ]
         )
     best = result.chosen.candidate
@@ -255,7 +260,10 @@ def tune(
     say(f"chosen: {best.label()} ({gain:.1f}x the untuned throughput at c={highest})")
     if best.untuned:
         say("the model's current settings are already the best: nothing to change")
-        _record(record, result)
+        if write:
+            _record(record, result)
+        else:
+            say("dry run: nothing written")
         return
     values = {
         "max_batch_size": best.max_batch_size,

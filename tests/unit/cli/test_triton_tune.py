@@ -532,3 +532,50 @@ def test_a_level_or_value_given_twice_is_measured_once(
     header = next(line for line in out.splitlines() if "infer/s" in line)
     assert header.count("c=8 infer/s") == header.count("c=1 infer/s") == 1
     assert "2 concurrency levels" in out
+
+
+@pytest.mark.parametrize(
+    ("untuned_p99", "best_p99", "code", "says"),
+    [
+        (50, 60, 0, "already the best: nothing to change"),
+        (900, 950, 1, "no configuration of resnet50 meets P99 <= 200 ms"),
+    ],
+)
+def test_a_dry_run_writes_no_measurement_whatever_it_finds(
+    untuned_p99: float,
+    best_p99: float,
+    code: int,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No Triton needed: the measurement is given. Untuned settings that are already the best,
+    or no configuration that meets the SLA: --dry-run still writes nothing."""
+    from gpuinfra.lab import tune as tune_mod
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+
+    def measured(
+        found: object, sla: tune_mod.Sla, levels: list[int], **kwargs: object
+    ) -> tune_mod.Result:
+        untuned = tune_mod.Row(
+            tune_mod.Candidate(32, (8, 16), 200, 2, untuned=True),
+            [tune_mod.Point(8, 300, untuned_p99)],
+        )
+        other = tune_mod.Row(
+            tune_mod.Candidate(16, (), 1000, 2), [tune_mod.Point(8, 100, best_p99)]
+        )
+        chosen = tune_mod.choose([untuned, other], sla)
+        return tune_mod.Result("resnet50", sla, levels, [untuned, other], chosen, "2.51.0", {}, 1.0)
+
+    monkeypatch.setattr(tune_mod, "tune", measured)
+    code_got, out, err = run_main(
+        capsys, *("triton", "tune", "--site", str(site), "--model", "resnet50", "--p99-ms", "200"),
+        *("--concurrency", "8", "--dry-run"),
+    )  # fmt: skip
+    assert code_got == code, err
+    assert says in out + err
+    assert "dry run" in out + err
+    assert not (site / "tuning").exists()
