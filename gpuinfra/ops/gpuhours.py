@@ -7,10 +7,12 @@ for part of the window only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuinfra.addons import accounting
+from gpuinfra.errors import ToolError
 from gpuinfra.ops.prometheus import Prometheus, promql_duration
 
 KEYS = ("team", "project", "namespace")
@@ -37,7 +39,17 @@ def _hours(
         f"sum by (namespace, team, project) "
         f"(sum_over_time({metric}[{promql_duration(window)}])) / {accounting.SAMPLES_PER_HOUR}"
     )
-    return {tuple(s.labels.get(k, "") for k in KEYS): s.value for s in prometheus.query(query, at)}
+    hours = {}
+    for sample in prometheus.query(query, at):
+        if not math.isfinite(sample.value):
+            # NaN or Inf: no count of hours to add up, and no value JSON can carry.
+            labels = ", ".join(f"{k}={sample.labels.get(k, '')}" for k in KEYS)
+            raise ToolError(
+                f"Prometheus at {prometheus.url}: {metric}: {sample.value} GPU-hours for "
+                f"{labels}: the recorded series hold no number"
+            )
+        hours[tuple(sample.labels.get(k, "") for k in KEYS)] = sample.value
+    return hours
 
 
 def gpu_hours(

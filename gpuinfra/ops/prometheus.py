@@ -10,7 +10,7 @@ from typing import Any
 from gpuinfra.errors import ToolError, UsageError
 from gpuinfra.ops.http import server
 
-_DURATION = re.compile(r"^([0-9]+)(m|h|d|w)$")
+_DURATION = re.compile(r"([0-9]+)(m|h|d|w)")
 
 
 # Prometheus's duration units, as its flags and its status API write them ("15d", "1y2w").
@@ -30,7 +30,7 @@ LONGEST_WINDOW = timedelta(days=3650)
 
 def parse_duration(option: str, text: str) -> timedelta:
     """``24h``, ``7d``, ``90m``, ``2w``: a window a report covers, 1m to 3650d."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     count = int(match.group(1)) if match else 0
     # The digits' length is checked first: a timedelta of 10**20 days cannot be built.
     if (
@@ -45,12 +45,12 @@ def parse_duration(option: str, text: str) -> timedelta:
     return count * _PROM_UNITS[match.group(2)]
 
 
-_PROM_DURATION = re.compile(r"^(?:[0-9]+(?:ms|y|w|d|h|m|s))+$")
+_PROM_DURATION = re.compile(r"(?:[0-9]+(?:ms|y|w|d|h|m|s))+")
 
 
 def prometheus_duration(text: str) -> timedelta | None:
     """A duration as Prometheus writes it, or None for text that is not one."""
-    if not _PROM_DURATION.match(text):
+    if not _PROM_DURATION.fullmatch(text):
         return None
     parts = re.findall(r"([0-9]+)(ms|y|w|d|h|m|s)", text)
     return sum((int(count) * _PROM_UNITS[unit] for count, unit in parts), timedelta())

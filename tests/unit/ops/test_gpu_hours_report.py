@@ -199,6 +199,7 @@ def test_the_table_shows_each_team_and_the_total(prometheus_url: str) -> None:
     ("args", "message"),
     [
         (["--since", "yesterday"], "--since 'yesterday': not a duration"),
+        (["--since", "24h\n"], "--since '24h\\n': not a duration"),
         (["--since", "0h"], "--since '0h': not a duration (allowed: 1m to 3650d"),
         (["--since", "3651d"], "--since '3651d': not a duration (allowed: 1m to 3650d"),
         (["--since", "9" * 30 + "d"], f"--since '{'9' * 30}d': not a duration"),

@@ -203,6 +203,27 @@ def test_json_that_is_not_the_apis_answer_is_one_line_and_exit_3(
             assert line.startswith(f"error: {what.format(url=url)}the answer is not "), line
 
 
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_gpu_hours_that_are_no_number_are_one_line_and_exit_3(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JSON has no NaN: the report would print a document no JSON reader takes.
+    body = (
+        '{"status": "success", "data": {"resultType": "vector", "result": [{"metric": '
+        f'{{"team": "research"}}, "value": [1, "{value}"]}}]}}}}'
+    ).encode()
+    with servers.static({"/api/v1/query": ("application/json", body)}) as url:
+        code, out, err = run_main(
+            capsys, "report", "gpu-hours", "--prometheus", url, "--format", "json"
+        )
+    assert (code, out) == (3, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: Prometheus at {url}: namespace_team_project:gpu_allocated:")
+    assert line.endswith(
+        "for team=research, project=, namespace=: the recorded series hold no number"
+    )
+
+
 def test_a_prometheus_error_is_shown_as_prometheus_says_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
