@@ -280,9 +280,10 @@ def training_job(job: TrainingJob) -> dict[str, Any]:
         "resources": {"limits": dict(resources), "requests": dict(resources)},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    if job.network in ("infiniband", "roce"):
-        # RDMA needs locked memory beyond the container default.
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    # RDMA (InfiniBand, RoCE) locks its buffers in memory. The limit comes from the container
+    # runtime, which the toolkit role runs without one: IPC_LOCK would get the pod refused by
+    # the team namespace's baseline Pod Security level, and it does nothing for a container that
+    # runs as a non-root user (docs/decisions/0082).
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

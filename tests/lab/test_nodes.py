@@ -80,6 +80,20 @@ def test_containerd_accepts_the_nvidia_runtime_dropin(node: testinfra.host.Host)
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dump
 
 
+def test_containerd_runs_without_a_locked_memory_limit(node: testinfra.host.Host) -> None:
+    # RDMA's buffers are locked memory, and containers inherit containerd's limit. The unit was
+    # reloaded with the drop-in and containerd restarted under it: its process has the highest
+    # limit the host allows (a lab container may not raise its hard limit: real hosts do).
+    assert node.check_output("systemctl show --property LimitMEMLOCK containerd") == (
+        "LimitMEMLOCK=infinity"
+    )
+    assert "changed on disk" not in node.check_output("systemctl status containerd 2>&1 || true")
+    pid = node.check_output("systemctl show --property MainPID --value containerd")
+    limits = node.check_output(f"cat /proc/{pid}/limits /proc/1/limits")
+    containerd, pid1 = [line.split()[3:5] for line in limits.splitlines() if "locked" in line]
+    assert containerd[0] == containerd[1] == pid1[1]
+
+
 def test_node_check_reports_no_gpu(
     first_converge: runner.RunResult, node: testinfra.host.Host, repo_root: Path
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra import schemas, versions, workloads
+from gpuinfra import addons, schemas, site, versions, workloads
 from gpuinfra.errors import InputInvalid
 from tests.conftest import ROOT, run_cli, run_main
 
@@ -55,6 +55,34 @@ def test_the_job_waits_for_kueue_and_fits_the_gpu_nodes() -> None:
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
     assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
+# What the Pod Security Standards' baseline level lets a container add: the level of the team
+# namespaces gpuinfra creates (docs/decisions/0027).
+BASELINE_CAPABILITIES = {
+    *("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD"),
+    *("NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"),
+}
+
+
+@pytest.mark.parametrize("network", workloads.NETWORKS)
+def test_the_pods_pass_the_team_namespaces_pod_security_level(network: str) -> None:
+    # A pod the namespace refuses never starts: the Job waits with FailedCreate events. RDMA's
+    # locked memory comes from the runtime's limit instead (docs/decisions/0082).
+    settings = addons.settings_from_site(site.load_site(ROOT / "inventory" / "example"))
+    (kueue,) = [r for r in addons.render_all(settings) if r.name == "kueue"]
+    team = settings.kueue.teams[0]
+    assert kueue.namespace_labels[team]["pod-security.kubernetes.io/enforce"] == "baseline"
+    efa = 32 if network == "efa" else 0
+    pod = workloads.training_job(job(namespace=team, network=network, efa_interfaces=efa))
+    spec = pod["spec"]["template"]["spec"]
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert not any("hostPath" in volume for volume in spec.get("volumes", []))
+    for container in spec["containers"]:
+        context = container.get("securityContext", {})
+        assert not context.get("privileged")
+        assert set(context.get("capabilities", {}).get("add", [])) <= BASELINE_CAPABILITIES
+        assert not any(port.get("hostPort") for port in container.get("ports", []))
 
 
 def test_nccl_follows_the_network() -> None:
