@@ -196,8 +196,9 @@ def sink() -> Iterator[Sink]:
 
 
 @contextlib.contextmanager
-def static(pages: dict[str, tuple[str, bytes]]) -> Iterator[str]:
-    """An HTTP server answering GET ``path`` with ``(content type, body)``, 404 elsewhere."""
+def static(pages: dict[str, tuple[str, bytes]], status: int = 200) -> Iterator[str]:
+    """An HTTP server answering GET ``path`` with ``(content type, body)`` and ``status``, 404
+    elsewhere."""
     port = free_port()
 
     class Handler(BaseHTTPRequestHandler):
@@ -209,7 +210,7 @@ def static(pages: dict[str, tuple[str, bytes]]) -> Iterator[str]:
                 self.end_headers()
                 return
             kind, body = page
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -32,7 +32,7 @@ from gpuinfra.addons.triton import groups as triton_groups
 from gpuinfra.errors import ToolError, UsageError, excerpt
 from gpuinfra.integrity import Nodes
 from gpuinfra.loading import load_yaml
-from gpuinfra.ops.http import server
+from gpuinfra.ops.http import TIMEOUT_S, read_bounded, server
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip"]
@@ -67,13 +67,24 @@ class Declared:
 # --- Kubernetes -----------------------------------------------------------------------------------
 
 
-def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
-    """Nodes (and Triton's Deployment) from the API server the kubeconfig names."""
-    import yaml
-    from kubernetes import client, config
-    from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
+class _Answer:
+    """A body in the shape the client's ``deserialize`` reads."""
 
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
+    """Nodes (and Triton's Deployments) from the API server the kubeconfig names.
+
+    The kubernetes client reads the kubeconfig (TLS, tokens, exec plugins) and checks each answer
+    against its models; the requests are made here, once each, and read within the bounds of
+    ``gpuinfra.ops.http``: the client's own retries four times a server that never answers."""
+    import yaml
+    from kubernetes import config
+
+    if kubeconfig.is_dir():
+        raise UsageError(f"--kubeconfig {kubeconfig}: a directory (allowed: a kubeconfig file)")
     if not kubeconfig.is_file():
         raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
     if not isinstance(load_yaml(kubeconfig), dict):
@@ -82,7 +93,8 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
             "users, contexts and current-context)"
         )
     try:
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        # persist_config=False: a token the client refreshes is not written back to the file.
+        api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     # The client reads the file as it finds it: YAML that does not parse, or a list or a
     # number where a mapping goes, fails inside it.
     except (
@@ -96,38 +108,82 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     ) as exc:
         reason = excerpt(" ".join(str(exc).split()), 160)
         raise UsageError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {reason}") from None
-    server = api.configuration.host
-    found: dict[str, Any] = {}
     try:
-        core = client.CoreV1Api(api)
-        found["nodes"] = api.sanitize_for_serialization(core.list_node(_request_timeout=15))
+        found: dict[str, Any] = {"nodes": _kubernetes_get(api, "/api/v1/nodes", "V1NodeList")}
         if triton is not None and triton.enabled:
-            apps = client.AppsV1Api(api)
             # One Deployment per serving group (and canary), each read by name.
-            found["triton"] = {}
-            for group in triton_groups(triton):
-                try:
-                    deployment = apps.read_namespaced_deployment(
-                        group.name, triton.namespace, _request_timeout=15
-                    )
-                    found["triton"][group.name] = api.sanitize_for_serialization(deployment)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-                    found["triton"][group.name] = None
-    except ApiException as exc:
-        raise ToolError(f"Kubernetes API at {server}: HTTP {exc.status}: {exc.reason}") from None
-    except (HTTPError, OSError) as exc:
-        raise ToolError(f"Kubernetes API at {server} does not answer: {exc}") from None
-    except (ValueError, TypeError, AttributeError):
-        # The client builds its objects from the answer: a page or JSON of another server
-        # (a proxy, a port that is not the API server's) has none of their fields.
-        raise ToolError(
-            f"Kubernetes API at {server}: the answer is not what the Kubernetes API returns"
-        ) from None
+            found["triton"] = {
+                group.name: _kubernetes_get(
+                    api,
+                    f"/apis/apps/v1/namespaces/{triton.namespace}/deployments/{group.name}",
+                    "V1Deployment",
+                    missing_ok=True,
+                )
+                for group in triton_groups(triton)
+            }
     finally:
         api.close()
     return found
+
+
+def _kubernetes_get(
+    api: Any, path: str, model: str, *, missing_ok: bool = False
+) -> dict[str, Any] | None:
+    """GET ``path`` as the client would, bounded in time and size, as the JSON the API sent;
+    None for a 404 when ``missing_ok``. ToolError for a server that fails or is not the API."""
+    import urllib3
+
+    server = api.configuration.host
+    source = f"Kubernetes API at {server}"
+    headers = {"Accept": "application/json", **api.default_headers}
+    api.update_params_for_auth(headers, [], ["BearerToken"])
+    try:
+        response = api.rest_client.pool_manager.request(
+            "GET",
+            f"{server}{path}",
+            headers=headers,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
+            retries=False,
+        )
+        try:
+            body = read_bounded(response.stream(1 << 16), source)
+        finally:
+            response.release_conn()
+    # urllib3 derives a refused connection from its connect timeout: it comes first.
+    except urllib3.exceptions.NewConnectionError as exc:
+        reason = str(exc).rpartition("Failed to establish a new connection: ")[2]
+        raise ToolError(f"{source} does not answer: {reason}") from None
+    except urllib3.exceptions.TimeoutError:
+        raise ToolError(f"{source} does not answer within {TIMEOUT_S:.0f} s") from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        reason = excerpt(" ".join(str(exc).split()), 160)
+        raise ToolError(f"{source} does not answer: {reason}") from None
+    if response.status == 404 and missing_ok:
+        return None
+    if not 200 <= response.status < 300:
+        raise ToolError(f"{source}: HTTP {response.status}: {_status_message(body, response)}")
+    try:
+        # The client builds its model from the answer: a page or JSON of another server
+        # (a proxy, a port that is not the API server's) has none of its fields.
+        checked = api.deserialize(_Answer(body), model)
+        if not isinstance(json.loads(body), dict):
+            raise ValueError(model)
+    except (ValueError, TypeError, AttributeError):
+        raise ToolError(f"{source}: the answer is not what the Kubernetes API returns") from None
+    document: dict[str, Any] = api.sanitize_for_serialization(checked)
+    return document
+
+
+def _status_message(body: bytes, response: Any) -> str:
+    """What a failed request's answer says: the API's Status message, else the HTTP reason."""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    if isinstance(message, str) and message.strip():
+        return excerpt(" ".join(message.split()), 160)
+    return str(response.reason or "no reason given")
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,20 @@ def server(option: str, url: str) -> Server:
     return Server(plain, {"Authorization": "Basic " + base64.b64encode(token.encode()).decode()})
 
 
+def read_bounded(chunks: Iterable[bytes], source: str) -> bytes:
+    """The body that ``chunks`` yields, within ANSWER_S and MAX_ANSWER_BYTES; ToolError naming
+    ``source`` (e.g. "Prometheus at URL") when it takes longer or grows larger."""
+    deadline = time.monotonic() + ANSWER_S
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise ToolError(f"{source}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
+        if time.monotonic() > deadline:
+            raise ToolError(f"{source} does not answer within {ANSWER_S:.0f} s")
+    return bytes(body)
+
+
 def get_json(
     url: str,
     params: Mapping[str, str] | None = None,
@@ -82,18 +96,9 @@ def get_json(
     request = urllib.request.Request(
         full, headers={"Accept": "application/json", **(headers or {})}
     )
-    deadline = time.monotonic() + ANSWER_S
-    body = bytearray()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            while chunk := response.read1(1 << 16):
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise ToolError(
-                        f"{what} at {url}: the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB"
-                    )
-                if time.monotonic() > deadline:
-                    raise ToolError(f"{what} at {url} does not answer within {ANSWER_S:.0f} s")
+            body = read_bounded(iter(lambda: response.read1(1 << 16), b""), f"{what} at {url}")
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode("utf-8", "replace").strip()
         raise ToolError(f"{what} at {url}: HTTP {exc.code}: {detail or exc.reason}") from None

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 
 from tests import servers
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
 H200_REPORT = ROOT / "tests" / "fixtures" / "h200-node-check.json"
@@ -50,21 +50,25 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         ),
     }
     with servers.static(pages) as url:
-        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "c", "cluster": {"server": url}}],
-                    "users": [{"name": "u", "user": {"token": "recorded"}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            ),
-            "utf-8",
-        )
-        yield path
+        yield _kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig", url)
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig at ``path`` whose one context reaches ``server`` with a token."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "recorded"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        ),
+        "utf-8",
+    )
+    return path
 
 
 def _wait_scraped(url: str, jobs: int) -> None:
@@ -398,19 +402,85 @@ def test_a_server_that_is_not_the_kubernetes_api_is_one_line_and_exit_3(
     kind: str, body: bytes, tmp_path: Path
 ) -> None:
     with servers.static({"/api/v1/nodes": (kind, body)}) as url:
-        path = tmp_path / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "clusters": [{"name": "c", "cluster": {"server": url}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            )
-        )
+        path = _kubeconfig(tmp_path / "kubeconfig", url)
         result = run_cli("doctor", "--kubeconfig", str(path))
     assert (result.code, result.stdout) == (3, "")
     assert result.stderr.splitlines() == [
         f"error: Kubernetes API at {url}: the answer is not what the Kubernetes API returns"
+    ]
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A port that takes connections and never answers: the kernel accepts into the backlog."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+def test_a_kubernetes_api_that_never_answers_is_asked_once(
+    silent_server: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuinfra.ops import doctor
+
+    monkeypatch.setattr(doctor, "TIMEOUT_S", 1.0)
+    path = _kubeconfig(tmp_path / "kubeconfig", silent_server)
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
+    # The client on its own retries three times, each waiting for the whole read timeout.
+    assert time.monotonic() - started < 3
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: Kubernetes API at {silent_server} does not answer within 1 s"
+    ]
+
+
+def test_a_kubernetes_api_that_refuses_the_connection_is_one_short_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{servers.free_port()}"
+    result = run_cli("doctor", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig", url)))
+    assert (result.code, result.stdout) == (3, "")
+    assert result.stderr.splitlines() == [
+        f"error: Kubernetes API at {url} does not answer: [Errno 111] Connection refused"
+    ]
+
+
+def test_a_refused_request_shows_the_apis_own_message(tmp_path: Path) -> None:
+    status = {"kind": "Status", "status": "Failure", "message": "Unauthorized", "code": 401}
+    pages = {"/api/v1/nodes": ("application/json", json.dumps(status).encode())}
+    with servers.static(pages, status=401) as url:
+        path = _kubeconfig(tmp_path / "kubeconfig", url)
+        before = path.read_bytes()
+        result = run_cli("doctor", "--kubeconfig", str(path))
+    assert (result.code, result.stdout) == (3, "")
+    assert result.stderr.splitlines() == [f"error: Kubernetes API at {url}: HTTP 401: Unauthorized"]
+    assert path.read_bytes() == before
+
+
+def test_a_kubernetes_answer_larger_than_the_bound_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuinfra.ops import http
+
+    monkeypatch.setattr(http, "MAX_ANSWER_BYTES", 1 << 20)
+    nodes = (FIXTURES / "nodes.json").read_bytes()
+    padded = nodes.rstrip()[:-1] + b', "padding": "' + b"x" * (2 << 20) + b'"}'
+    with servers.static({"/api/v1/nodes": ("application/json", padded)}) as url:
+        path = _kubeconfig(tmp_path / "kubeconfig", url)
+        code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [f"error: Kubernetes API at {url}: the answer is larger than 1 MiB"]
+
+
+def test_a_directory_given_as_kubeconfig_is_named_as_one(tmp_path: Path) -> None:
+    result = run_cli("doctor", "--kubeconfig", str(tmp_path))
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: --kubeconfig {tmp_path}: a directory (allowed: a kubeconfig file)"
     ]
