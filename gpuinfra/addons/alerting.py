@@ -261,7 +261,12 @@ class AlertingSettings(Settings):
             if names.count(name) > 1:
                 raise ValueError(f"receiver '{name}' is declared twice")
         for severity in NOTIFYING:
-            for name in getattr(self.routes, severity):
+            chosen = getattr(self.routes, severity)
+            for name in chosen:
+                # Each listing is a route of its own: the receiver would hear of every alert
+                # once per listing.
+                if chosen.count(name) > 1:
+                    raise ValueError(f"routes.{severity}: receiver '{name}' is listed twice")
                 if name not in names:
                     known = ", ".join(names) or "none declared"
                     raise ValueError(

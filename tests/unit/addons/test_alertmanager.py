@@ -286,6 +286,11 @@ def test_no_credential_is_written_in_the_values() -> None:
             "receivers read credentials: set secret to the Secret holding them",
         ),
         (
+            {"secret": "alerting", "receivers": [{"name": "oncall", "type": "pagerduty"}],
+             "routes": {"critical": ["oncall", "oncall"]}},
+            "routes.critical: receiver 'oncall' is listed twice",
+        ),
+        (
             {"secret": "alerting", "receivers": [{"name": "chat", "type": "wecom",
              "corpId": "ww1", "agentId": "1000002"}]},
             "a wecom receiver needs toParty, toUser or toTag",
