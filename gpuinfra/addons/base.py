@@ -40,12 +40,17 @@ PROJECT_LABEL = "project"
 
 # A DNS-1123 label, 63 characters at most: namespaces, most object names, LocalQueues.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# A Kubernetes resource quantity: 8, 500m, 64Gi, 1.5.
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+# A Kubernetes resource quantity, unsigned: 8, 500m, 64Gi, 1.5, .5, or a decimal exponent
+# (1e3, 5E-1; "1E" alone is exa), as the API server's parser takes them.
+QUANTITY_PATTERN = (
+    r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+)
 _QUANTITY = re.compile(QUANTITY_PATTERN)
-# What each suffix of a quantity multiplies by: decimal SI, binary SI and milli.
+# What each suffix of a quantity multiplies by: decimal SI, binary SI, milli, micro and nano.
 QUANTITY_UNITS: dict[str, Decimal] = {
     "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
     "m": Decimal("0.001"),
     **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
     **{f"{s}i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
@@ -58,7 +63,9 @@ def quantity_amount(text: str) -> Decimal | None:
     found = _QUANTITY.fullmatch(text)
     if found is None:
         return None
-    suffix = found.group(2) or ""
+    suffix = found.group(3) or ""
+    if suffix not in QUANTITY_UNITS:  # an exponent, which Decimal reads as written
+        return Decimal(text)
     return Decimal(text.removesuffix(suffix)) * QUANTITY_UNITS[suffix]
 
 
@@ -72,7 +79,7 @@ def _dns_label(value: str) -> str:
 
 
 def _quantity(value: str) -> str:
-    if not _QUANTITY.match(value):
+    if not _QUANTITY.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (allowed: e.g. 8, 500m, 64Gi)")
     return value
 

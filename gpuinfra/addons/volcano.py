@@ -35,7 +35,7 @@ def _amount(value: Any, handler: ValidatorFunctionWrapHandler) -> str | int:
     if (
         isinstance(value, bool)
         or not isinstance(value, str | int)
-        or not _QUANTITY.match(str(value))
+        or not _QUANTITY.fullmatch(str(value))
     ):
         raise ValueError(
             f"{excerpt(repr(value))} is not a resource quantity (allowed: a whole number such "

@@ -111,3 +111,45 @@ def test_the_shipped_stacks_render_valid_addons(
         for obj in render.objects:
             problems += crds.problems(obj) if crds.has(obj) else schemas.core_problems(obj, version)
     assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("written", "amount"),
+    [("1e1", 10), ("5E-1", 0.5), (".5", 0.5), ("2.", 2), ("1500m", 1.5), ("8E", 8 * 1000**6)],
+)
+def test_every_quantity_form_kubernetes_takes_is_taken(
+    written: str, amount: float, crds: schemas.CrdSchemas
+) -> None:
+    from gpuinfra import integrity
+
+    kueue = addons.render(
+        "kueue",
+        {
+            "enabled": True,
+            "flavors": [{"gpuType": "l4", "gpus": 1, "cpu": written, "memory": "1Gi"}],
+            "teams": ["ml"],
+        },
+    )
+    volcano = addons.render(
+        "volcano", {"enabled": True, "queues": [{"name": "ml", "capability": {"cpu": written}}]}
+    )
+    (queue,) = [o for o in kueue.objects if o["kind"] == "ClusterQueue"]
+    (flavor,) = queue["spec"]["resourceGroups"][0]["flavors"]
+    (cpu,) = [r["nominalQuota"] for r in flavor["resources"] if r["name"] == "cpu"]
+    (volcano_queue,) = [o for o in volcano.objects if o["kind"] == "Queue"]
+    assert cpu == volcano_queue["spec"]["capability"]["cpu"] == written
+    assert crds.problems(queue) == crds.problems(volcano_queue) == []
+    assert integrity.quantity(written) == amount
+
+
+@pytest.mark.parametrize("written", ["8\n", "1e", "e3", ".", "1.5.", "-1", "1ki"])
+def test_text_that_is_no_quantity_is_refused(written: str) -> None:
+    from gpuinfra.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a resource quantity"):
+        addons.render("volcano", {"queues": [{"name": "ml", "capability": {"cpu": written}}]})
+    with pytest.raises(ConfigError, match="not a Kubernetes quantity"):
+        addons.render(
+            "kueue",
+            {"flavors": [{"gpuType": "l4", "gpus": 1, "cpu": written, "memory": "1Gi"}]},
+        )
