@@ -196,16 +196,19 @@ def sink() -> Iterator[Sink]:
 
 
 @contextlib.contextmanager
-def static(pages: dict[str, tuple[str, bytes]], status: int = 200) -> Iterator[str]:
+def static(
+    pages: dict[str, tuple[str, bytes]], status: int = 200, bearer: str | None = None
+) -> Iterator[str]:
     """An HTTP server answering GET ``path`` with ``(content type, body)`` and ``status``, 404
-    elsewhere."""
+    elsewhere; with ``bearer``, 401 to a request without that token."""
     port = free_port()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             page = pages.get(urlsplit(self.path).path)
-            if page is None:
-                self.send_response(404)
+            refused = bearer is not None and self.headers.get("Authorization") != f"Bearer {bearer}"
+            if page is None or refused:
+                self.send_response(401 if refused else 404)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return

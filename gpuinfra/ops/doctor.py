@@ -18,8 +18,10 @@ Each source is read only when its option is given; an item that cannot be judged
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -94,7 +96,8 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
         )
     try:
         # persist_config=False: a token the client refreshes is not written back to the file.
-        api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+        with _exec_plugin_failures() as failures:
+            api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     # The client reads the file as it finds it: YAML that does not parse, or a list or a
     # number where a mapping goes, fails inside it.
     except (
@@ -108,6 +111,10 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     ) as exc:
         reason = excerpt(" ".join(str(exc).split()), 160)
         raise UsageError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig: {reason}") from None
+    if failures:
+        api.close()
+        reason = excerpt(" ".join(failures[0].split()), 160)
+        raise ToolError(f"--kubeconfig {kubeconfig}: the user's exec plugin failed: {reason}")
     try:
         found: dict[str, Any] = {"nodes": _kubernetes_get(api, "/api/v1/nodes", "V1NodeList")}
         if triton is not None and triton.enabled:
@@ -124,6 +131,28 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     finally:
         api.close()
     return found
+
+
+@contextmanager
+def _exec_plugin_failures() -> Iterator[list[str]]:
+    """The errors the client logs while it runs the user's exec plugin, collected.
+
+    The client logs a plugin that is missing, fails or answers without a credential, and goes
+    on without one: every request would then be refused, or the API would be asked as nobody.
+    While a handler is on the root logger, nothing is printed in its place."""
+    failures: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            failures.append(record.getMessage())
+
+    handler = Collect(logging.ERROR)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield failures
+    finally:
+        root.removeHandler(handler)
 
 
 def _kubernetes_get(

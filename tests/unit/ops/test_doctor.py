@@ -484,3 +484,72 @@ def test_a_directory_given_as_kubeconfig_is_named_as_one(tmp_path: Path) -> None
     assert result.stderr.splitlines() == [
         f"error: --kubeconfig {tmp_path}: a directory (allowed: a kubeconfig file)"
     ]
+
+
+def _exec_kubeconfig(path: Path, server: str, plugin: Path) -> Path:
+    """A kubeconfig whose user's credential comes from the exec plugin ``plugin``."""
+    _kubeconfig(path, server)
+    document = json.loads(path.read_text("utf-8"))
+    document["users"][0]["user"] = {
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin)}
+    }
+    path.write_text(json.dumps(document), "utf-8")
+    return path
+
+
+def _plugin(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n", "utf-8")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (None, "No such file or directory"),
+        ("echo 'token expired, run aws sso login' >&2; exit 1", "token expired, run aws sso login"),
+        ("echo 'not json'", "exec: failed to decode process output"),
+        (
+            "echo '"
+            + json.dumps(
+                {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "kind": "ExecCredential",
+                    "status": {},
+                }
+            )
+            + "'",
+            "exec: missing token or clientCertificateData field in plugin output",
+        ),
+    ],
+    ids=["missing", "fails", "not-json", "no-credential"],
+)
+def test_an_exec_plugin_that_gives_no_credential_is_one_line_and_exit_3(
+    body: str | None, reason: str, tmp_path: Path
+) -> None:
+    plugin = tmp_path / "get-token"
+    if body is not None:
+        _plugin(plugin, body)
+    with servers.static({"/api/v1/nodes": _json(FIXTURES / "nodes.json")}) as url:
+        path = _exec_kubeconfig(tmp_path / "kubeconfig", url, plugin)
+        result = run_cli("doctor", "--kubeconfig", str(path))
+    assert (result.code, result.stdout) == (3, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: --kubeconfig {path}: the user's exec plugin failed: ")
+    assert reason in line
+
+
+def test_a_token_from_an_exec_plugin_reaches_the_api(tmp_path: Path) -> None:
+    status = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": "from-plugin"},
+    }
+    plugin = _plugin(tmp_path / "get-token", f"echo '{json.dumps(status)}'")
+    pages = {"/api/v1/nodes": _json(FIXTURES / "nodes.json")}
+    with servers.static(pages, bearer="from-plugin") as url:
+        path = _exec_kubeconfig(tmp_path / "kubeconfig", url, plugin)
+        result = run_cli("doctor", "--format", "json", "--kubeconfig", str(path))
+    assert result.stderr == ""
+    checks = {item["check"] for item in json.loads(result.stdout)["items"]}
+    assert "gpu-node" in checks
