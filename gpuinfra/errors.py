@@ -18,6 +18,7 @@ EXIT_USAGE = 2  # the user's input: a file they edit, an argument, the directory
 EXIT_ENVIRONMENT = 3  # this machine lacks what the command needs: a tool, a service, an answer
 EXIT_INTERNAL = 70  # a defect in gpuinfra itself (sysexits' EX_SOFTWARE): the traceback is shown
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports SIGINT
+EXIT_OUTPUT_CLOSED = 141  # the reader of the output went away (`| head`), as for SIGPIPE
 
 
 # A message is one line a person reads whole: values are quoted as excerpts, and a line that

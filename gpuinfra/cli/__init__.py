@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import sys
 import threading
@@ -26,11 +27,12 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
-from gpuinfra.cli.console import err, out, say, warn
+from gpuinfra.cli.console import OutputClosed, err, out, say, warn
 from gpuinfra.cli.options import AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_OUTPUT_CLOSED,
     CheckFailed,
     ConfigError,
     GpuinfraError,
@@ -255,6 +257,13 @@ def _main(argv: list[str] | None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    except OutputClosed:
+        # Nothing to tell, and nobody to tell it to: what is still buffered goes nowhere, rather
+        # than into a second broken pipe as the interpreter exits.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(EXIT_OUTPUT_CLOSED)
     except Exception as exc:
         # Not a user mistake and not the machine: a defect. The traceback is what a report needs.
         err.print_exception()

@@ -23,6 +23,10 @@ from gpuinfra import secrets
 from gpuinfra.errors import UsageError, excerpt
 
 
+class OutputClosed(Exception):
+    """The reader of stdout or stderr went away: a pipe into ``head`` that has read enough."""
+
+
 class _Redacted(io.TextIOBase):
     """Writes to the process's current stdout or stderr, without URL userinfo."""
 
@@ -41,11 +45,17 @@ class _Redacted(io.TextIOBase):
             # A name made of bytes that are no UTF-8 (an argument, a file name) holds
             # surrogates, which no stream encodes: they are written as \udcff.
             shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
-        self._target.write(shown)
+        try:
+            self._target.write(shown)
+        except BrokenPipeError:
+            raise OutputClosed from None
         return len(text)
 
     def flush(self) -> None:
-        self._target.flush()
+        try:
+            self._target.flush()
+        except BrokenPipeError:
+            raise OutputClosed from None
 
     def isatty(self) -> bool:
         return self._target.isatty()

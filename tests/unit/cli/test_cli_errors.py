@@ -213,3 +213,20 @@ def test_diff_outside_a_git_repository_says_so(tmp_path: Path) -> None:
             "the working tree"
         ],
     )
+
+
+def test_output_read_only_in_part_ends_quietly_with_exit_141() -> None:
+    """``gpuinfra ... | head -1``: the reader leaves after one line, as SIGPIPE would end it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuinfra", "addons", "render", "--stack", "prod"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # A pipe smaller than the document: the command is still writing when the reader leaves.
+        pipesize=4096,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"# --- ")
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert (proc.wait(timeout=120), stderr) == (141, b"")
