@@ -384,7 +384,13 @@ def start_proxy(base: Path, port: int, config: str) -> None:
     if not Path(binary).exists():
         raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
     subprocess.run([binary, "-c", str(base / "conf"), "ForeGround=0"], check=True)
-    _wait_for(lambda: _listening(port), 20, f"apt-cacher-ng on 127.0.0.1:{port}")
+    # It listens before it writes its pid file; the file is how `lab down` finds it to stop it.
+    pid_file = base / "run" / "pid"
+    _wait_for(
+        lambda: _listening(port) and _read_pid(pid_file) is not None,
+        20,
+        f"apt-cacher-ng on 127.0.0.1:{port}",
+    )
 
 
 def ensure_proxy(port: int) -> bool:
