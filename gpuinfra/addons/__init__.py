@@ -9,7 +9,9 @@ else.
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -177,8 +179,44 @@ def settings_from_role_vars(
         return validate(model, data, file, strict=True)
     except ConfigError as exc:
         raise ConfigError(
-            Problem(p.file, prefix + p.path if p.path else "", p.message) for p in exc.problems
+            Problem(p.file, prefix + p.path if p.path else "", in_role_words(p.message))
+            for p in exc.problems
         ) from None
+
+
+# A camelCase word, as the settings' checks name a key in the words of the stack files.
+_CAMEL_WORD = re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
+
+
+def in_role_words(message: str) -> str:
+    """``message`` with each settings key named as role variables and site files write it:
+    ``maxBatchSize`` as ``max_batch_size``. Other camelCase words (Kubernetes fields) stay."""
+    names = _snake_names()
+    return _CAMEL_WORD.sub(lambda word: names.get(word.group(), word.group()), message)
+
+
+@functools.cache
+def _snake_names() -> dict[str, str]:
+    """Every camelCase key of every add-on's settings, nested models included: its field name."""
+    names: dict[str, str] = {}
+    seen: set[type[BaseModel]] = set()
+
+    def walk(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation in seen:
+                return
+            seen.add(annotation)
+            for name, field in annotation.model_fields.items():
+                if field.alias and field.alias != name:
+                    names[field.alias] = name
+                walk(field.annotation)
+            return
+        for inner in typing.get_args(annotation):
+            walk(inner)
+
+    for addon in ADDONS:
+        walk(settings_model(addon))
+    return names
 
 
 def _as_ansible_converts(
@@ -302,7 +340,7 @@ def _together(
     except ValidationError as exc:
         # A check across add-ons, located at one add-on's field: its role variable.
         raise ConfigError(
-            place(str(loc[0]), _role_variable(loc), message)
+            place(str(loc[0]), _role_variable(loc), in_role_words(message))
             for loc, message in located_messages(exc, AddonsSettings)
         ) from None
 

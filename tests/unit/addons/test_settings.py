@@ -186,6 +186,52 @@ def test_a_misspelled_role_variable_is_named_with_a_suggestion() -> None:
     ]
 
 
+def _triton_model(**batching: Any) -> dict[str, Any]:
+    return {"name": "resnet50", "backend": "onnxruntime", "dynamic_batching": batching}
+
+
+def test_a_role_variables_mistake_names_keys_as_the_site_writes_them() -> None:
+    # The model's own check names the keys; a site writes them in snake_case.
+    variables = {
+        "triton_enabled": True,
+        "triton_model_repository": {"pvc": "models"},
+        "triton_models": [{**_triton_model(preferred_batch_size=[8, 64]), "max_batch_size": 32}],
+    }
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_role_vars("triton", variables, file="group_vars/all/triton.yml")
+    assert caught.value.lines() == [
+        "group_vars/all/triton.yml: triton_models[0]: preferred_batch_size values must lie "
+        "between 1 and max_batch_size 32"
+    ]
+
+
+def test_a_stack_files_mistake_names_keys_as_the_stack_writes_them() -> None:
+    document = {
+        "config": {
+            "gpuinfra:addons": {
+                "triton": {
+                    "enabled": True,
+                    "modelRepository": {"pvc": "models"},
+                    "models": [
+                        {
+                            "name": "resnet50",
+                            "backend": "onnxruntime",
+                            "maxBatchSize": 32,
+                            "dynamicBatching": {"preferredBatchSize": [8, 64]},
+                        }
+                    ],
+                }
+            }
+        }
+    }
+    with pytest.raises(ConfigError) as caught:
+        config.parse_stack(document, "stacks/Pulumi.dev.yaml")
+    assert any(
+        "preferredBatchSize values must lie between 1 and maxBatchSize 32" in line
+        for line in caught.value.lines()
+    ), caught.value.lines()
+
+
 @pytest.mark.parametrize(
     ("addon", "settings", "path", "message"),
     [
