@@ -244,6 +244,13 @@ def _containers_conf() -> Path:
     return path
 
 
+# Bounds of the lab's own steps, each far above what it takes on a 2-CPU machine: a whole image
+# (about 300 MB) imported; a question to podman's storage; one ssh login that runs `true`.
+IMPORT_TIMEOUT_S = 600.0
+PODMAN_QUERY_S = 60
+SSH_PROBE_S = 15.0
+
+
 def podman(*args: str, check: bool = True, timeout: float = 600) -> str:
     """Run podman as the lab needs it (runc, cgroupfs, the project's containers.conf)."""
     env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
@@ -254,6 +261,9 @@ def podman(*args: str, check: bool = True, timeout: float = 600) -> str:
         )
     except FileNotFoundError:
         raise ToolError("podman is not installed; run scripts/setup.sh") from None
+    except subprocess.TimeoutExpired:
+        # Another podman holding its storage lock, most often: run's timeout killed this one.
+        raise ToolError(f"podman {args[0]} did not finish within {timeout:.0f} s") from None
     if check and proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         raise ToolError(f"podman {args[0]} failed: {lines[-1] if lines else proc.returncode}")
@@ -305,14 +315,22 @@ def ensure_image(
         (rootfs / "etc/machine-id").write_text("")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
-        imported = subprocess.run(
-            ["podman", "import", "--change", "CMD=/sbin/init", "-", name],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
+        try:
+            imported = subprocess.run(
+                ["podman", "import", "--change", "CMD=/sbin/init", "-", name],
+                stdin=tar.stdout,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=IMPORT_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            tar.kill()
+            tar.wait()
+            raise ToolError(
+                f"podman import did not finish within {IMPORT_TIMEOUT_S:.0f} s"
+            ) from None
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise ToolError(f"podman import failed: {imported.stderr.strip()}")
@@ -344,7 +362,13 @@ def _run_bounded(cmd: list[str], seconds: float, env: dict[str, str]) -> tuple[i
 
 def _image_exists(name: str) -> bool:
     env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
-    return subprocess.run(["podman", "image", "exists", name], env=env, check=False).returncode == 0
+    try:
+        found = subprocess.run(
+            ["podman", "image", "exists", name], env=env, timeout=PODMAN_QUERY_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"podman image exists did not finish within {PODMAN_QUERY_S} s") from None
+    return found.returncode == 0
 
 
 # --- apt proxy ------------------------------------------------------------------------------
@@ -541,21 +565,22 @@ def _save_state(settings: Settings, state: dict[str, Any]) -> None:
 def _ensure_key(settings: Settings) -> str:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     if not settings.key_file.exists():
-        subprocess.run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                f"{settings.prefix}",
-                "-f",
-                str(settings.key_file),
-            ],
-            check=True,
-        )
+        keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", settings.prefix]
+        try:
+            made = subprocess.run(
+                [*keygen, "-f", str(settings.key_file)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ToolError("ssh-keygen is not installed (openssh-client)") from None
+        except subprocess.TimeoutExpired:
+            raise ToolError("ssh-keygen did not finish within 30 s") from None
+        if made.returncode != 0:
+            lines = made.stderr.strip().splitlines()
+            raise ToolError(f"ssh-keygen failed: {lines[-1] if lines else made.returncode}")
     return settings.key_file.with_suffix(".pub").read_text()
 
 
@@ -628,7 +653,12 @@ def wait_ssh(settings: Settings, host: Host, seconds: float = 90) -> None:
         if not _listening(host.port):
             return False
         cmd = ssh_command(settings, host.port, "true")
-        return subprocess.run(cmd, capture_output=True, check=False).returncode == 0
+        try:
+            probe = subprocess.run(cmd, capture_output=True, timeout=SSH_PROBE_S, check=False)
+        except subprocess.TimeoutExpired:
+            # Let in and then silent (a host still starting its services): asked again.
+            return False
+        return probe.returncode == 0
 
     _wait_for(answers, seconds, f"sshd of {host.name} on 127.0.0.1:{host.port}")
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from gpuinfra import lab
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import ToolError, UsageError
 from tests.conftest import ROOT, run_cli
 from tests.servers import free_port, tool
 
@@ -200,3 +202,56 @@ def test_a_running_proxy_started_with_an_older_configuration_is_told_apart(
         assert lab.proxy_outdated(port) is False
     finally:
         os.kill(int((lab.proxy_dir() / "run" / "pid").read_text()), signal.SIGTERM)
+
+
+def _fake_tool(folder: Path, name: str, body: str) -> None:
+    folder.mkdir(exist_ok=True)
+    script = folder / name
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder ahead of PATH where a test puts stand-ins for the tools the lab runs."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return folder
+
+
+def test_a_podman_that_never_returns_is_one_line_within_its_bound(fake_tools: Path) -> None:
+    # podman waits without end for a storage lock another podman holds.
+    _fake_tool(fake_tools, "podman", "exec sleep 60")
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"^podman ps did not finish within 1 s$"):
+        lab.podman("ps", timeout=1)
+    assert time.monotonic() - started < 10
+
+
+def test_an_ssh_login_that_never_ends_is_asked_again_until_the_wait_ends(
+    fake_tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_tool(fake_tools, "ssh", "exec sleep 60")
+    monkeypatch.setattr(lab, "SSH_PROBE_S", 0.5)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    try:
+        host = lab.Host("unit-gpu-1", listener.getsockname()[1], "running")
+        settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
+        started = time.monotonic()
+        with pytest.raises(ToolError, match=r"^timed out after 2s waiting for sshd of unit-gpu-1"):
+            lab.wait_ssh(settings, host, seconds=2)
+    finally:
+        listener.close()
+    assert time.monotonic() - started < 10
+
+
+def test_a_failed_key_generation_is_one_line(fake_tools: Path, tmp_path: Path) -> None:
+    _fake_tool(
+        fake_tools, "ssh-keygen", "echo 'Saving key failed: Read-only file system' >&2; exit 1"
+    )
+    settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
+    with pytest.raises(ToolError, match=r"^ssh-keygen failed: Saving key failed: Read-only"):
+        lab._ensure_key(settings)
