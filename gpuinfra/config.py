@@ -51,6 +51,19 @@ POOL_LABEL = "gpuinfra.dev/pool"
 SYSTEM_POOL = "system"
 # x86 general-purpose, compute and memory families the standard EKS AMI runs on.
 SYSTEM_INSTANCE_FAMILIES = ("m6i", "m7i", "c6i", "c7i", "r6i", "r7i")
+# The sizes EC2 offers in those families, by generation, with their vCPUs.
+_XLARGE = {f"{n}xlarge": 4 * n for n in (2, 4, 8, 12, 16, 24)}
+SYSTEM_INSTANCE_SIZES = {
+    "6i": {"large": 2, "xlarge": 4, **_XLARGE, "32xlarge": 128, "metal": 128},
+    "7i": {
+        "large": 2,
+        "xlarge": 4,
+        **_XLARGE,
+        "48xlarge": 192,
+        "metal-24xl": 96,
+        "metal-48xl": 192,
+    },
+}
 # Amazon EKS service quotas: nodes per managed node group, and managed node groups per cluster.
 MAX_NODES_PER_GROUP = 450
 MAX_NODE_GROUPS = 30
@@ -322,12 +335,26 @@ def instance_type_problem(instance_type: str) -> str | None:
     return f"unknown GPU instance type '{instance_type}'{did_you_mean(instance_type, known)}"
 
 
-def system_type_problem(instance_type: str) -> str | None:
+def system_vcpus(instance_type: str) -> int | None:
+    """The vCPUs of a system node type; None when it is not one."""
     family, _, size = instance_type.partition(".")
-    if family in SYSTEM_INSTANCE_FAMILIES and size:
+    if family not in SYSTEM_INSTANCE_FAMILIES:
         return None
+    return SYSTEM_INSTANCE_SIZES[family[1:]].get(size)
+
+
+def system_type_problem(instance_type: str) -> str | None:
+    if system_vcpus(instance_type) is not None:
+        return None
+    family = instance_type.partition(".")[0]
+    if family in SYSTEM_INSTANCE_FAMILIES:
+        sizes = SYSTEM_INSTANCE_SIZES[family[1:]]
+        return (
+            f"'{excerpt(instance_type, 40)}' is not a size EC2 offers in {family} "
+            f"(allowed: {', '.join(sizes)})"
+        )
     families = ", ".join(f"{f}.*" for f in SYSTEM_INSTANCE_FAMILIES)
-    return f"'{instance_type}' is not a system node type (allowed: {families})"
+    return f"'{excerpt(instance_type, 40)}' is not a system node type (allowed: {families})"
 
 
 def offered_problem(instance_type: str, region: str) -> str | None:

@@ -46,7 +46,13 @@ from gpuinfra.addons.gpu_operator import (
 )
 from gpuinfra.addons.keda import prometheus_address
 from gpuinfra.addons.logs import loki_push_address, loki_query_address
-from gpuinfra.config import POOL_LABEL, SYSTEM_POOL, StackConfig
+from gpuinfra.config import (
+    POOL_LABEL,
+    SYSTEM_POOL,
+    StackConfig,
+    system_type_problem,
+    system_vcpus,
+)
 from gpuinfra.errors import ConfigError, Problem
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.site import Site
@@ -203,8 +209,8 @@ def kube_reserved_cpu(vcpu: int) -> float:
     return reserved + left * 0.0025
 
 
-# The CPU node group's families (config.SYSTEM_INSTANCE_FAMILIES) give 2 vCPUs per "large" step
-# and a fixed memory per vCPU: 4 GiB for m, 2 GiB for c, 8 GiB for r.
+# The CPU node group's families (config.SYSTEM_INSTANCE_FAMILIES) give a fixed memory per vCPU:
+# 4 GiB for m, 2 GiB for c, 8 GiB for r.
 _MIB_PER_VCPU = {"m": 4096, "c": 2048, "r": 8192}
 
 
@@ -213,10 +219,10 @@ def _size(instance_type: str) -> tuple[int, int, int]:
     gpu = catalog.instance_types().get(instance_type)
     if gpu is not None:
         return gpu.vcpu, gpu.memory_mib, gpu.gpu_count
-    family, _, size = instance_type.partition(".")
-    steps = 1 if size == "large" else 2 * int(size.removesuffix("xlarge") or 1)
-    vcpu = 2 * steps
-    return vcpu, vcpu * _MIB_PER_VCPU[family[0]], 0
+    vcpu = system_vcpus(instance_type)
+    if vcpu is None:
+        raise ValueError(system_type_problem(instance_type))
+    return vcpu, vcpu * _MIB_PER_VCPU[instance_type[0]], 0
 
 
 def allocatable(instance_type: str) -> dict[str, float]:

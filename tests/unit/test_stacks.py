@@ -174,8 +174,6 @@ def with_personal_stack(tmp_path: Path) -> Path:
     """A copy of the repository's stack files with ``dev-alice``, a copy of ``dev``."""
     root = repo_copy(tmp_path)
     shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
-    (root / "policies").mkdir()
-    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
     shutil.copy(root / "stacks" / "Pulumi.dev.yaml", root / "stacks" / "Pulumi.dev-alice.yaml")
     return root
 
@@ -299,6 +297,8 @@ def repo_copy(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "stacks").mkdir(parents=True)
     shutil.copy(ROOT / "versions.yaml", root / "versions.yaml")
+    (root / "policies").mkdir()
+    shutil.copy(ROOT / "policies" / "limits.yaml", root / "policies" / "limits.yaml")
     for name in ("Pulumi.dev.yaml", "__main__.py"):
         shutil.copy(ROOT / "stacks" / name, root / "stacks" / name)
     return root
@@ -426,6 +426,15 @@ BAD_STACKS = {
             "policies/limits.yaml, not in the stack file they police"
         ],
     ),
+    "system node size EC2 does not offer": (
+        "    autoscaler: true\n",
+        "    autoscaler: true\n    systemInstanceType: m6i.metal-48xl\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:cluster.systemInstanceType: "
+            "'m6i.metal-48xl' is not a size EC2 offers in m6i (allowed: large, xlarge, 2xlarge, "
+            "4xlarge, 8xlarge, 12xlarge, 16xlarge, 24xlarge, 32xlarge, metal)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
@@ -464,6 +473,17 @@ def test_bad_stack_file_stops_run_stack_before_any_resource(
         run_stack("dev", root=root)
     assert [str(p) for p in caught.value.problems] == lines
     assert started == [], "the program must not start"
+
+
+def test_a_metal_system_node_type_is_sized_like_the_others(tmp_path: Path) -> None:
+    root = repo_copy(tmp_path)
+    edit_dev(
+        root,
+        "    autoscaler: true\n",
+        "    autoscaler: true\n    systemInstanceType: m7i.metal-48xl\n",
+    )
+    result = run_cli("config", "check", "--stack", "dev", root=root, cwd=root)
+    assert (result.code, result.stdout.strip()) == (0, "stack dev: valid (1 node pools)"), result
 
 
 def test_a_bad_config_object_is_refused_like_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
