@@ -200,10 +200,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Monthly cost estimate of a stack by line, from the dated price tables."""
         from gpuinfra import config
+        from gpuinfra.cli import checks
         from gpuinfra.review import cost as cost_mod
         from gpuinfra.review import plan as plan_mod
 
-        doc = cost_mod.estimate(config.load_stack(stack)).document()
+        cfg = config.load_stack(stack)
+        # A stack config check refuses is not priced: the figures would be for what cannot ship.
+        checks.stack_warnings(stack, cfg)
+        doc = cost_mod.estimate(cfg).document()
         if fmt is ReviewFormat.json:
             emit(plan_mod.to_json(doc), out)
         elif fmt is ReviewFormat.markdown:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from gpuinfra import catalog
 from gpuinfra.config import StackConfig, parse_stack
 from gpuinfra.review import cost
+from tests.conftest import ROOT, run_cli
 
 
 def stack(**overrides: Any) -> StackConfig:
@@ -107,3 +110,20 @@ def test_system_nodes_are_counted_but_lack_a_price() -> None:
     system = line(cost.estimate(stack()), "system nodes")
     assert system.status == "lacking"
     assert system.quantity_desired == stack().cluster.system_node_count
+
+
+def test_cost_refuses_a_stack_config_check_refuses(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "stacks").mkdir(parents=True)
+    (root / "policies").mkdir()
+    for name in ("versions.yaml", "policies/limits.yaml", "stacks/Pulumi.dev.yaml"):
+        shutil.copy(ROOT / name, root / name)
+    stack = root / "stacks" / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text().replace("maxSize: 2", "maxSize: 5", 1))
+    line = (
+        "error: stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].maxSize: maxSize 5 is over "
+        "dev's maxNodes 4 in policies/limits.yaml (allowed: 0 to 4)"
+    )
+    for command in (("config", "check"), ("cost",)):
+        result = run_cli(*command, "--stack", "dev", root=root, cwd=root)
+        assert (result.code, result.stdout, result.stderr.splitlines()) == (2, "", [line])
