@@ -196,6 +196,18 @@ def pool_findings(stack: str, cfg: StackConfig, root: Path | None = None) -> lis
         for i, pool in enumerate(cfg.node_pools)
         if pool.max_size > limits.max_nodes
     ]
+    # maxNodes caps the pools together, as the policy pack's node-cap rule counts them.
+    total = sum(pool.max_size for pool in cfg.node_pools)
+    if not found and total > limits.max_nodes:
+        found.append(
+            Problem(
+                shown,
+                "config.gpuinfra:nodePools",
+                f"the pools' maxSize add up to {total}, over {limits.environment}'s maxNodes "
+                f"{limits.max_nodes} in {LIMITS_FILE} (allowed: a sum of at most "
+                f"{limits.max_nodes})",
+            )
+        )
     return found + [
         Problem(
             shown,

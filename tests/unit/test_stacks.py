@@ -486,6 +486,20 @@ def test_a_metal_system_node_type_is_sized_like_the_others(tmp_path: Path) -> No
     assert (result.code, result.stdout.strip()) == (0, "stack dev: valid (1 node pools)"), result
 
 
+def test_pools_whose_max_sizes_add_up_over_max_nodes_are_refused(tmp_path: Path) -> None:
+    root = repo_copy(tmp_path)
+    second = "    - name: l4b\n      instanceType: g6.xlarge\n      maxSize: 3\n"
+    edit_dev(root, "maxSize: 2", "maxSize: 3")
+    edit_dev(root, "  gpuinfra:storage:\n", second + "  gpuinfra:storage:\n")
+    line = (
+        "error: stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools: the pools' maxSize add up to "
+        "6, over dev's maxNodes 4 in policies/limits.yaml (allowed: a sum of at most 4)"
+    )
+    for command in (("config", "check"), ("cost",)):
+        result = run_cli(*command, "--stack", "dev", root=root, cwd=root)
+        assert (result.code, result.stdout, result.stderr.splitlines()) == (2, "", [line])
+
+
 def test_a_bad_config_object_is_refused_like_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_stack("dev")
     network = cfg.network.model_copy(update={"availability_zones": ["us-east-1a", "us-west-2a"]})
