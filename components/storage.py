@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.validation import raise_findings, require_tags
-from gpuinfra.config import Finding
+from gpuinfra.config import Finding, fsx_export_problem
 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 
@@ -195,6 +195,8 @@ def _findings(args: GpuStorageArgs) -> list[Finding]:
                     f"{capacity} GiB: PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB",
                 )
             )
+        if why := fsx_export_problem(args.fsx.link_model_bucket, args.fsx.export_to_bucket):
+            found.append((("fsx", "export_to_bucket"), why))
         if args.fsx.throughput_per_tib not in FSX_THROUGHPUTS:
             found.append(
                 (

@@ -377,6 +377,16 @@ def zone_problem(region: str, zone: str) -> str | None:
     return f"'{zone}' is not an availability zone of {region} (allowed: {allowed(zones)})"
 
 
+def fsx_export_problem(link_model_bucket: bool, export_to_bucket: bool) -> str | None:
+    """Files go back to the bucket through the bucket's link: an export without it is lost."""
+    if export_to_bucket and not link_model_bucket:
+        return (
+            "exportToBucket: true writes files back through the link to the model bucket, which "
+            "linkModelBucket: false leaves out (allowed: linkModelBucket: true, or no export)"
+        )
+    return None
+
+
 def node_pool_findings(pool: NodePoolConfig, region: str) -> list[Finding]:
     """Every problem of one pool: its fields, then the checks that span fields and the region.
 
@@ -557,6 +567,9 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"subnet there (allowed: {allowed(zones)})",
                 )
             )
+    fsx = cfg.storage.fsx
+    if why := fsx_export_problem(fsx.link_model_bucket, fsx.export_to_bucket):
+        found.append((("storage", "fsx", "export_to_bucket"), why))
     # The GPU Operator's MIG manager applies the layout a node's label names; a name it does
     # not know leaves the node's GPUs unsplit and the MIG manager failing.
     operator = cfg.addons.gpu_operator

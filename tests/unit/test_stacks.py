@@ -435,6 +435,16 @@ BAD_STACKS = {
             "4xlarge, 8xlarge, 12xlarge, 16xlarge, 24xlarge, 32xlarge, metal)"
         ],
     ),
+    "FSx export without the bucket link": (
+        "    ebsVolumeType: gp3\n",
+        "    ebsVolumeType: gp3\n    fsx: {enabled: true, linkModelBucket: false, "
+        "exportToBucket: true}\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:storage.fsx.exportToBucket: exportToBucket: "
+            "true writes files back through the link to the model bucket, which linkModelBucket: "
+            "false leaves out (allowed: linkModelBucket: true, or no export)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",

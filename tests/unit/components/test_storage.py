@@ -77,6 +77,19 @@ def test_fsx_sizes_and_tiers_outside_persistent_2_are_refused(run) -> None:
     ]
 
 
+def test_an_export_without_the_bucket_link_is_refused(run) -> None:
+    fsx = FsxArgs(
+        subnet_id="s", security_group_ids=[], link_model_bucket=False, export_to_bucket=True
+    )
+    program = refused(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=fsx)))
+    assert run(program).resources == []
+    assert [str(p) for p in program.errors[0].problems] == [
+        "GpuStorage 'st': args.fsx.export_to_bucket: exportToBucket: true writes files back "
+        "through the link to the model bucket, which linkModelBucket: false leaves out "
+        "(allowed: linkModelBucket: true, or no export)"
+    ]
+
+
 def test_fsx_exports_nothing_to_the_serving_bucket_unless_asked(run) -> None:
     fsx = FsxArgs(subnet_id="subnet-a", security_group_ids=["sg-nodes"])
     result = run(lambda: GpuStorage("st", GpuStorageArgs(tags=TAGS, fsx=fsx)))
