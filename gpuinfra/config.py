@@ -67,6 +67,8 @@ SYSTEM_INSTANCE_SIZES = {
 # Amazon EKS service quotas: nodes per managed node group, and managed node groups per cluster.
 MAX_NODES_PER_GROUP = 450
 MAX_NODE_GROUPS = 30
+# The smallest IPv4 subnet a VPC takes (16 addresses, 5 of them kept by AWS).
+MAX_SUBNET_PREFIX = 28
 # A stack name as Pulumi allows it (letters, digits, '-', '_', '.'), and no longer than a
 # file name can carry.
 _STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -501,6 +503,14 @@ def network_findings(
             )
         for i, block in enumerate(blocks):
             net = ipaddress.ip_network(block)
+            if net.version == 4 and net.prefixlen > MAX_SUBNET_PREFIX:
+                found.append(
+                    (
+                        (field_name, i),
+                        f"'{block}' is smaller than the smallest subnet AWS takes (allowed: /16 "
+                        f"to /{MAX_SUBNET_PREFIX}, 16 addresses or more)",
+                    )
+                )
             if net.version != vpc.version or not net.subnet_of(vpc):  # type: ignore[arg-type]
                 found.append(((field_name, i), f"'{block}' lies outside the VPC block {cidr}"))
             for other_kind, other in seen:

@@ -445,6 +445,15 @@ BAD_STACKS = {
             "false leaves out (allowed: linkModelBucket: true, or no export)"
         ],
     ),
+    "subnet smaller than AWS takes": (
+        "    singleNatGateway: true\n",
+        "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.32.0/29]\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:network.privateSubnetCidrs[1]: "
+            "'10.40.32.0/29' is smaller than the smallest subnet AWS takes (allowed: /16 to /28, "
+            "16 addresses or more)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
