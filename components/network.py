@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.validation import findings_error, raise_findings, require_tags
-from gpuinfra.config import default_subnets, network_findings, vpc_problem
+from gpuinfra.config import carved_subnet_lists, default_subnets, network_findings, vpc_problem
 
 # Subnet tags the AWS Load Balancer Controller and EKS use to find where load balancers go.
 _PUBLIC_ELB_TAG = {"kubernetes.io/role/elb": "1"}
@@ -234,6 +234,7 @@ def _subnet_plan(name: str, args: GpuNetworkArgs) -> tuple[list[str], list[str]]
         # The subnets are carved from the block: a block that is no VPC's stops here.
         raise findings_error("GpuNetwork", name, [*findings, (("cidr",), why)])
     private, public = default_subnets(args.cidr, len(args.availability_zones))
+    carved = carved_subnet_lists(args.private_subnet_cidrs, args.public_subnet_cidrs)
     private = args.private_subnet_cidrs or private
     public = args.public_subnet_cidrs or public
     findings += network_findings(
@@ -242,6 +243,7 @@ def _subnet_plan(name: str, args: GpuNetworkArgs) -> tuple[list[str], list[str]]
         availability_zones=args.availability_zones,
         private_subnet_cidrs=private,
         public_subnet_cidrs=public,
+        carved=carved,
     )
     raise_findings("GpuNetwork", name, findings)
     return private, public

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import re
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -475,8 +476,12 @@ def network_findings(
     availability_zones: list[str],
     private_subnet_cidrs: list[str],
     public_subnet_cidrs: list[str],
+    carved: Collection[str] = (),
 ) -> list[Finding]:
-    """Zones in the region, one subnet per zone of each kind, inside the VPC, no overlaps."""
+    """Zones in the region, one subnet per zone of each kind, inside the VPC, no overlaps.
+
+    ``carved`` names the subnet lists that ``default_subnets`` made, not the user.
+    """
     found: list[Finding] = []
     for i, zone in enumerate(availability_zones):
         bad = zone_problem(region, zone)
@@ -488,7 +493,7 @@ def network_findings(
     vpc = ipaddress.ip_network(cidr)
     if why := vpc_problem(cidr):
         found.append((("cidr",), why))
-    seen: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+    seen: list[tuple[str, int, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
     for field_name, blocks in (
         ("private_subnet_cidrs", private_subnet_cidrs),
         ("public_subnet_cidrs", public_subnet_cidrs),
@@ -513,13 +518,32 @@ def network_findings(
                 )
             if net.version != vpc.version or not net.subnet_of(vpc):  # type: ignore[arg-type]
                 found.append(((field_name, i), f"'{block}' lies outside the VPC block {cidr}"))
-            for other_kind, other in seen:
-                if net.overlaps(other):
-                    found.append(
-                        ((field_name, i), f"'{block}' overlaps the {other_kind} subnet '{other}'")
-                    )
-            seen.append((field_name.split("_", 1)[0], net))
+            for other_field, j, other in seen:
+                if not net.overlaps(other):
+                    continue
+                # A block carved from the VPC is in no file: the line goes to the one written.
+                if field_name in carved and other_field not in carved:
+                    found.append(((other_field, j), _overlap(other, field_name, net, carved)))
+                else:
+                    found.append(((field_name, i), _overlap(net, other_field, other, carved)))
+            seen.append((field_name, i, net))
     return found
+
+
+def _overlap(
+    block: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    other_field: str,
+    other: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    carved: Collection[str],
+) -> str:
+    kind = other_field.split("_", 1)[0]
+    if other_field not in carved:
+        return f"'{block}' overlaps the {kind} subnet '{other}'"
+    key = camel(other_field)
+    return (
+        f"'{block}' overlaps the {kind} subnet '{other}', which is carved from the VPC block "
+        f"since {key} is not set (allowed: a block clear of it, or {key} set too)"
+    )
 
 
 def default_subnets(cidr: str, zones: int) -> tuple[list[str], list[str]]:
@@ -533,6 +557,12 @@ def default_subnets(cidr: str, zones: int) -> tuple[list[str], list[str]]:
     last = ipaddress.ip_network(str(eighths[-1]))
     public = [str(n) for n in list(last.subnets(prefixlen_diff=3))[:zones]]
     return private, public
+
+
+def carved_subnet_lists(private: list[str] | None, public: list[str] | None) -> list[str]:
+    """The subnet lists left out, which ``default_subnets`` carves."""
+    lists = {"private_subnet_cidrs": private, "public_subnet_cidrs": public}
+    return [name for name, given in lists.items() if not given]
 
 
 def stack_findings(cfg: StackConfig) -> list[Finding]:
@@ -556,6 +586,9 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
             availability_zones=cfg.network.availability_zones,
             private_subnet_cidrs=cfg.network.private_subnet_cidrs or private,
             public_subnet_cidrs=cfg.network.public_subnet_cidrs or public,
+            carved=carved_subnet_lists(
+                cfg.network.private_subnet_cidrs, cfg.network.public_subnet_cidrs
+            ),
         )
     ]
     zones = cfg.network.availability_zones

@@ -454,6 +454,16 @@ BAD_STACKS = {
             "16 addresses or more)"
         ],
     ),
+    "private subnet over the carved public ones": (
+        "    singleNatGateway: true\n",
+        "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.228.0/22]\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:network.privateSubnetCidrs[1]: "
+            "'10.40.228.0/22' overlaps the public subnet '10.40.228.0/22', which is carved from "
+            "the VPC block since publicSubnetCidrs is not set (allowed: a block clear of it, or "
+            "publicSubnetCidrs set too)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
