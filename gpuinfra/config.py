@@ -314,14 +314,6 @@ class StackConfig(Model):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     addons: AddonsSettings = Field(default_factory=AddonsSettings)
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> StackConfig:
-        names = [p.name for p in self.node_pools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"nodePools: duplicate pool names {', '.join(dupes)}")
-        return self
-
 
 # --- checks shared by the stack file and the components -----------------------------------
 #
@@ -592,7 +584,18 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
         )
     ]
     zones = cfg.network.availability_zones
+    first: dict[str, int] = {}
     for i, pool in enumerate(cfg.node_pools):
+        if pool.name in first:
+            found.append(
+                (
+                    ("node_pools", i, "name"),
+                    f"'{pool.name}' is the name of nodePools[{first[pool.name]}] too (allowed: a "
+                    "name of its own: the pool's node group and gpuinfra.dev/pool label are named "
+                    "for it)",
+                )
+            )
+        first.setdefault(pool.name, i)
         pool_found = node_pool_findings(pool, cfg.region)
         found += [(("node_pools", i, *path), m) for path, m in pool_found]
         zone = pool.availability_zone

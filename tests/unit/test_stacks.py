@@ -464,6 +464,15 @@ BAD_STACKS = {
             "publicSubnetCidrs set too)"
         ],
     ),
+    "two pools of one name": (
+        "  gpuinfra:storage:\n",
+        "    - {name: l4, instanceType: g6.xlarge}\n  gpuinfra:storage:\n",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[1].name: 'l4' is the name of "
+            "nodePools[0] too (allowed: a name of its own: the pool's node group and "
+            "gpuinfra.dev/pool label are named for it)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
