@@ -8,6 +8,7 @@ card of the instance type, a cluster placement group and a capacity reservation 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 
@@ -163,11 +164,18 @@ class GpuNodePool(pulumi.ComponentResource):
                 **autoscaler.discovery_tags(args.autoscaler_cluster),
                 **integrity.pool_template_tags(args.name, args.instance_type, args.labels),
             }
+            named: set[str] = set()
             for key, value in sorted(asg_tags.items()):
                 # Named by the tag's key, so that adding a label renames no other tag.
                 short = re.sub(r"[^a-z0-9]+", "-", key.removeprefix(autoscaler.TAG).lower())
+                tag_name = f"{name}-asg{short.rstrip('-')}"
+                if tag_name in named:
+                    # Label keys that differ in case or punctuation alone (a_b, a.b, A-b) would
+                    # share the name, and Pulumi refuses two resources of one name.
+                    tag_name += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+                named.add(tag_name)
                 aws.autoscaling.Tag(
-                    f"{name}-asg{short.rstrip('-')}",
+                    tag_name,
                     autoscaling_group_name=group_name,
                     tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                     opts=child,

@@ -115,6 +115,21 @@ def test_nodes_carry_the_gpu_taint_and_the_labels_kueue_selects(run) -> None:
     ]
 
 
+def test_labels_that_differ_in_punctuation_alone_each_get_their_autoscaler_tag(run) -> None:
+    labels = {"example.com/a_b": "x", "example.com/a.b": "y", "example.com/A-b": "z"}
+    result = run(
+        lambda: GpuNodePool(
+            "gpuinfra-dev-l4", pool_args(name="l4", labels=labels, autoscaler_cluster="gpu")
+        )
+    )
+    tags = result.of_type("aws:autoscaling/tag:Tag")
+    names = [t.name for t in tags]
+    assert len(names) == len(set(names)), sorted(names)
+    template = "k8s.io/cluster-autoscaler/node-template/label/"
+    tagged = {t.inputs["tag"]["key"]: t.inputs["tag"]["value"] for t in tags}
+    assert {f"{template}{key}": value for key, value in labels.items()}.items() <= tagged.items()
+
+
 def test_eks_repairs_a_node_whose_gpu_fails(run) -> None:
     result = run(lambda: GpuNodePool("gpuinfra-dev-l4", pool_args()))
     node_group = result.named("gpuinfra-dev-l4-ng").inputs
