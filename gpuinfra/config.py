@@ -266,7 +266,10 @@ class NodePoolConfig(CamelModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError(f"'{value}' must be lowercase letters, digits and '-' (2-40 chars)")
+            raise ValueError(
+                f"{excerpt(repr(value), 50)} is not a pool name (allowed: 2-40 lowercase letters, "
+                "digits and '-', starting with a letter and ending with a letter or digit)"
+            )
         if value == SYSTEM_POOL:
             raise ValueError(f"'{SYSTEM_POOL}' names the CPU node group gpuinfra adds itself")
         return value

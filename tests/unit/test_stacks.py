@@ -473,6 +473,15 @@ BAD_STACKS = {
             "gpuinfra.dev/pool label are named for it)"
         ],
     ),
+    "pool name ending in '-'": (
+        "name: l4",
+        "name: l4-",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].name: 'l4-' is not a pool name "
+            "(allowed: 2-40 lowercase letters, digits and '-', starting with a letter and ending "
+            "with a letter or digit)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
