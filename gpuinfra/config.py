@@ -745,8 +745,9 @@ def check_stack_name(env: str) -> str:
     """A ``--stack`` argument: a Pulumi stack name, never a path."""
     if not _STACK_NAME.match(env):
         raise UsageError(
-            f"--stack {excerpt(repr(env), 40)}: not a stack name (allowed: 1-100 letters, "
-            "digits, '-', '_' or '.', starting with a letter or digit)"
+            f"--stack {excerpt(repr(env), 40)}: not a stack name (allowed: "
+            f"1-{MAX_EKS_CLUSTER_NAME - len(CLUSTER_PREFIX)} letters, digits, '-' or '_', "
+            f"starting with a letter or digit: its EKS cluster is named {CLUSTER_PREFIX}<stack>)"
         )
     return env
 

@@ -28,7 +28,7 @@ from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
 from gpuinfra.cli.console import OutputClosed, err, out, say, warn
-from gpuinfra.cli.options import AsOf
+from gpuinfra.cli.options import STACK_HELP, AsOf
 from gpuinfra.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -175,7 +175,7 @@ def prod_support_problems(
 
 @config_app.command("check")
 def config_check(
-    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     as_of: AsOf = None,
 ) -> None:

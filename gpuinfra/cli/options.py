@@ -17,6 +17,9 @@ from gpuinfra.errors import excerpt
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 
+# ``--stack``: a stack is named for its environment, or <environment>-<suffix> (dev-alice).
+STACK_HELP = "A stack: dev, staging, prod or <environment>-<suffix> (stacks/Pulumi.<stack>.yaml)"
+
 
 def parse_date(value: str) -> dt.date:
     """``--as-of``: a calendar date written YYYY-MM-DD (2026-02-30 is not one; nor is ISO's

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra.cli.console import emit, render_text, warning
-from gpuinfra.cli.options import AsOf
+from gpuinfra.cli.options import STACK_HELP, AsOf
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ FormatOption = Annotated[ReviewFormat, typer.Option("--format", help="table, jso
 OutOption = Annotated[
     Path | None, typer.Option("--out", help="Write to this file instead of standard output")
 ]
-StackOption = Annotated[str | None, typer.Option("--stack", help="A stack: dev, staging or prod")]
+StackOption = Annotated[str | None, typer.Option("--stack", help=STACK_HELP)]
 
 
 def _usd(value: float | None) -> str:
@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cost")
     def cost(
-        stack: Annotated[str, typer.Option("--stack", help="A stack: dev, staging or prod")],
+        stack: Annotated[str, typer.Option("--stack", help=STACK_HELP)],
         fmt: FormatOption = ReviewFormat.table,
         out: OutOption = None,
     ) -> None:

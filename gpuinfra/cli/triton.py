@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from gpuinfra.cli.console import out, say
+from gpuinfra.cli.options import STACK_HELP
 from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def _table(result: Result) -> Table:
 def tune(
     model: Annotated[str, typer.Option(help="The model's name in the stack or site")],
     p99_ms: Annotated[str, typer.Option("--p99-ms", help="SLA: P99 latency bound (ms)")],
-    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     min_throughput: Annotated[
         str | None, typer.Option(help="SLA: least inferences/s at the highest concurrency")
@@ -296,7 +297,7 @@ def canary(
         int | None,
         typer.Argument(help="Percent of the group's traffic the canary gets, 0 to 100"),
     ] = None,
-    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     remove: Annotated[
         bool, typer.Option("--remove", help="Roll back: delete the canary and its pods")
@@ -385,7 +386,7 @@ def verify(
             f"${ADMIN_KEY_ENV})"
         ),
     ],
-    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     group: Annotated[
         str | None,
@@ -434,7 +435,7 @@ def verify(
 
 @triton_app.command("repository")
 def repository(
-    stack: Annotated[str | None, typer.Option(help="A stack: dev, staging or prod")] = None,
+    stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
     endpoint_url: Annotated[
         str | None, typer.Option(help="An S3-compatible endpoint instead of AWS's")

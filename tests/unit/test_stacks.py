@@ -547,6 +547,27 @@ def test_pools_whose_max_sizes_add_up_over_max_nodes_are_refused(tmp_path: Path)
         assert (result.code, result.stdout, result.stderr.splitlines()) == (2, "", [line])
 
 
+def test_a_stack_argument_that_is_no_stack_name_is_told_the_readme_s_rule() -> None:
+    result = run_cli("config", "check", "--stack", "dev/x")
+    assert (result.code, result.stdout, result.stderr.splitlines()) == (
+        2,
+        "",
+        [
+            "error: --stack 'dev/x': not a stack name (allowed: 1-91 letters, digits, '-' or "
+            "'_', starting with a letter or digit: its EKS cluster is named gpuinfra-<stack>)"
+        ],
+    )
+    readme = (ROOT / "README.md").read_text()
+    assert "| a stack's name (`Pulumi.<stack>.yaml`) | 1-91 letters, digits, `-` or `_`, " in readme
+
+
+@pytest.mark.parametrize("command", [("cost",), ("config", "check"), ("plan",), ("diff",)])
+def test_stack_help_names_personal_stacks(command: tuple[str, ...]) -> None:
+    result = run_cli(*command, "--help")
+    assert result.code == 0, result
+    assert "<environment>-<suffix>" in result.stdout
+
+
 def test_a_bad_config_object_is_refused_like_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_stack("dev")
     network = cfg.network.model_copy(update={"availability_zones": ["us-east-1a", "us-west-2a"]})
