@@ -330,7 +330,10 @@ def instance_type_problem(instance_type: str) -> str | None:
     known = catalog.instance_types()
     if instance_type in known:
         return None
-    return f"unknown GPU instance type '{instance_type}'{did_you_mean(instance_type, known)}"
+    return (
+        f"unknown GPU instance type '{excerpt(instance_type, 40)}'"
+        f"{did_you_mean(instance_type, known)}"
+    )
 
 
 def system_vcpus(instance_type: str) -> int | None:

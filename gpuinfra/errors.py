@@ -24,6 +24,8 @@ EXIT_OUTPUT_CLOSED = 141  # the reader of the output went away (`| head`), as fo
 # A message is one line a person reads whole: values are quoted as excerpts, and a line that
 # would still be longer is cut here.
 MAX_LINE = 300
+# The key path's share of it.
+MAX_PATH = 100
 
 
 def excerpt(text: str, limit: int = 60) -> str:
@@ -51,7 +53,9 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}: {self.path}" if self.path else self.file
+        # A long key in the path is cut in the middle, so that what is wrong and what is
+        # allowed still fit on the line.
+        where = f"{self.file}: {excerpt(self.path, MAX_PATH)}" if self.path else self.file
         return one_line(f"{where}: {secrets.redact_message(self.path, self.message)}")
 
 

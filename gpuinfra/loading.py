@@ -417,9 +417,10 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
     ctx = err.get("ctx") or {}
     value = err.get("input")
     if kind == "extra_forbidden":
-        name = str(loc[-1])
+        key = str(loc[-1])
+        name = excerpt(key, 40)
         known = _field_names(model, loc[:-1])
-        hint = did_you_mean(name, known)
+        hint = did_you_mean(key, known)
         if not known:
             # A member of a union pydantic tried: it says the key is extra, not which member.
             return f"unknown key '{name}'"

@@ -482,6 +482,22 @@ BAD_STACKS = {
             "with a letter or digit)"
         ],
     ),
+    "a long unknown key": (
+        "    costCenter: cc-1042\n",
+        f"    costCenter: cc-1042\n    {'x' * 400}: 1\n",
+        [
+            f"stacks/Pulumi.dev.yaml: config.gpuinfra:tags.{'x' * 42} ... {'x' * 32}: unknown key "
+            f"'{'x' * 23} ... {'x' * 12}' (allowed: 'costCenter', 'project' or 'team')"
+        ],
+    ),
+    "a long unknown instance type": (
+        "instanceType: g6.xlarge",
+        f"instanceType: g6.{'x' * 400}",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].instanceType: unknown GPU "
+            f"instance type 'g6.{'x' * 20} ... {'x' * 12}'"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
