@@ -150,8 +150,12 @@ class GpuNodePool(pulumi.ComponentResource):
             # fatal XID, a GPU off the bus): a faulty GPU stops taking work (decision 0043).
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             tags=tags,
-            # The cluster autoscaler owns the current size once the pool exists.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            # The cluster autoscaler, where it runs, owns the current size once the pool exists;
+            # without it the stack file's desiredSize is the size.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["scalingConfig.desiredSize"] if args.autoscaler_cluster else None,
+            ),
         )
 
         if args.autoscaler_cluster:

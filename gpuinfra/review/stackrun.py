@@ -63,6 +63,8 @@ class Resource:
     property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Earlier logical names it answers to (its aliases'), so that Pulumi moves, not replaces.
     aliases: tuple[str, ...] = ()
+    # Input properties Pulumi leaves as they are in the cloud (the resource option).
+    ignore_changes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class _RecordingMonitor(mocks.MockMonitor):
                             for alias in request.aliases
                             if alias.HasField("spec") and alias.spec.name
                         ),
+                        ignore_changes=tuple(request.ignoreChanges),
                     )
                 )
         return response

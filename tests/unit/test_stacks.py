@@ -132,6 +132,18 @@ def test_prod_trains_on_reserved_p5_with_efa_placement_and_lustre(
     assert "networkInterfaces" not in template_of(prod, "serving")
 
 
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_desired_size_is_left_to_the_autoscaler_only_where_it_runs(
+    runs: dict[str, StackRun], env: str
+) -> None:
+    autoscaler = load_stack(env).cluster.autoscaler
+    for group in runs[env].of_type("aws:eks/nodeGroup:NodeGroup"):
+        if group.name.endswith("-system-ng"):
+            continue
+        left = "scalingConfig.desiredSize" in group.ignore_changes
+        assert left == autoscaler, f"{env} {group.name}: ignore_changes {group.ignore_changes}"
+
+
 def test_outputs_are_exported_and_the_kubeconfig_stays_secret(runs: dict[str, StackRun]) -> None:
     outputs = runs["prod"].outputs
     assert outputs["clusterName"] == "gpuinfra-prod"
