@@ -25,6 +25,7 @@ from gpuinfra.config import (
     POOL_LABEL,
     SYSTEM_POOL,
     Finding,
+    ebs_iops_problem,
     eks_cluster_name_problem,
     system_type_problem,
     world_cidr,
@@ -61,6 +62,8 @@ class GpuClusterArgs:
     admin_role_arn: str | None = None
     fsx_csi_driver: bool = False
     ebs_volume_type: str = "gp3"
+    # The IOPS of each io2 volume (required with io2).
+    ebs_iops: int | None = None
     # Service accounts that read the model repository (Triton's), through Pod Identity.
     model_readers: list[ServiceAccountRef] = field(default_factory=list)
     # The EKS cluster's name; Pulumi picks a unique one when None.
@@ -259,7 +262,11 @@ class GpuCluster(pulumi.ComponentResource):
                 "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
             },
             provisioner="ebs.csi.aws.com",
-            parameters={"type": args.ebs_volume_type, "encrypted": "true"},
+            parameters={
+                "type": args.ebs_volume_type,
+                "encrypted": "true",
+                **({"iops": str(args.ebs_iops)} if args.ebs_iops is not None else {}),
+            },
             volume_binding_mode="WaitForFirstConsumer",
             allow_volume_expansion=True,
             reclaim_policy="Delete",
@@ -480,6 +487,8 @@ def _findings(args: GpuClusterArgs) -> list[Finding]:
         found.append((("system_node_count",), "the system node group takes 1 to 10 nodes"))
     if args.ebs_volume_type not in ("gp3", "io2"):
         found.append((("ebs_volume_type",), f"'{args.ebs_volume_type}': allowed 'gp3' or 'io2'"))
+    elif why := ebs_iops_problem(args.ebs_volume_type, args.ebs_iops):
+        found.append((("ebs_iops",), why))
     return found
 
 

@@ -68,6 +68,9 @@ SYSTEM_INSTANCE_SIZES = {
 # Amazon EKS service quotas: nodes per managed node group, and managed node groups per cluster.
 MAX_NODES_PER_GROUP = 450
 MAX_NODE_GROUPS = 30
+# The IOPS an io2 volume may be provisioned with (EC2's CreateVolume).
+IO2_MIN_IOPS = 100
+IO2_MAX_IOPS = 256_000
 # The smallest IPv4 subnet a VPC takes (16 addresses, 5 of them kept by AWS).
 MAX_SUBNET_PREFIX = 28
 # A stack name as Pulumi allows it (letters, digits, '-', '_', '.'), and no longer than a
@@ -303,6 +306,9 @@ class StorageConfig(CamelModel):
     model_bucket_versioning: bool = True
     fsx: FsxConfig = Field(default_factory=FsxConfig)
     ebs_volume_type: Literal["gp3", "io2"] = "gp3"
+    # io2 volumes are provisioned with a set IOPS: the EBS CSI driver asks EC2 for it, and EC2
+    # creates no io2 volume without one.
+    ebs_iops: int | None = Field(default=None, ge=IO2_MIN_IOPS, le=IO2_MAX_IOPS)
 
 
 class StackConfig(Model):
@@ -376,6 +382,18 @@ def zone_problem(region: str, zone: str) -> str | None:
     if zone in zones:
         return None
     return f"'{zone}' is not an availability zone of {region} (allowed: {allowed(zones)})"
+
+
+def ebs_iops_problem(volume_type: str, iops: int | None) -> str | None:
+    """An io2 StorageClass needs the IOPS of its volumes; gp3's are not set here."""
+    if volume_type == "io2" and iops is None:
+        return (
+            "ebsVolumeType io2 needs ebsIops, the IOPS each volume is provisioned with: EC2 "
+            f"creates no io2 volume without (allowed: {IO2_MIN_IOPS} to {IO2_MAX_IOPS})"
+        )
+    if volume_type != "io2" and iops is not None:
+        return f"ebsIops applies to io2 volumes only, not {volume_type} (allowed: unset)"
+    return None
 
 
 def fsx_export_problem(link_model_bucket: bool, export_to_bucket: bool) -> str | None:
@@ -619,6 +637,8 @@ def _stack_findings(cfg: StackConfig) -> list[Finding]:
                     f"subnet there (allowed: {allowed(zones)})",
                 )
             )
+    if why := ebs_iops_problem(cfg.storage.ebs_volume_type, cfg.storage.ebs_iops):
+        found.append((("storage", "ebs_iops"), why))
     fsx = cfg.storage.fsx
     if why := fsx_export_problem(fsx.link_model_bucket, fsx.export_to_bucket):
         found.append((("storage", "fsx", "export_to_bucket"), why))

@@ -105,6 +105,7 @@ def main(
             admin_role_arn=cfg.cluster.admin_role_arn,
             fsx_csi_driver=fsx.enabled,
             ebs_volume_type=cfg.storage.ebs_volume_type,
+            ebs_iops=cfg.storage.ebs_iops,
             model_readers=readers,
             eks_name=name,
             system_instance_type=cfg.cluster.system_instance_type,

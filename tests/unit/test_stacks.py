@@ -510,6 +510,15 @@ BAD_STACKS = {
             f"instance type 'g6.{'x' * 20} ... {'x' * 12}'"
         ],
     ),
+    "io2 volumes without their IOPS": (
+        "ebsVolumeType: gp3",
+        "ebsVolumeType: io2",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:storage.ebsIops: ebsVolumeType io2 needs "
+            "ebsIops, the IOPS each volume is provisioned with: EC2 creates no io2 volume without "
+            "(allowed: 100 to 256000)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",

@@ -112,6 +112,22 @@ def test_default_storage_class_is_encrypted_gp3(run) -> None:
     assert annotations == {"storageclass.kubernetes.io/is-default-class": "true"}
 
 
+def test_an_io2_storage_class_provisions_the_iops_asked_and_is_refused_without(run) -> None:
+    result = run(lambda: GpuCluster("c", cluster_args(ebs_volume_type="io2", ebs_iops=4000)))
+    (storage_class,) = result.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert storage_class.inputs["parameters"] == {
+        "encrypted": "true",
+        "iops": "4000",
+        "type": "io2",
+    }
+    program = refused(lambda: GpuCluster("c", cluster_args(ebs_volume_type="io2")))
+    assert run(program).resources == []
+    assert [str(p) for p in program.errors[0].problems] == [
+        "GpuCluster 'c': args.ebs_iops: ebsVolumeType io2 needs ebsIops, the IOPS each volume is "
+        "provisioned with: EC2 creates no io2 volume without (allowed: 100 to 256000)"
+    ]
+
+
 def test_csi_drivers_installed_and_fsx_only_when_asked(run) -> None:
     addons = lambda result: sorted(  # noqa: E731
         r.inputs["addonName"] for r in result.of_type("aws:eks/addon:Addon")
