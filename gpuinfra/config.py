@@ -817,6 +817,8 @@ def provider_keys(namespace: str) -> tuple[str, ...]:
 def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackConfig:
     if stack is not None and (why := _stack_name_problem(stack)):
         raise ConfigError([Problem(file, "", why)])
+    if isinstance(document, dict) and (unknown := _unknown_file_keys(document, file)):
+        raise ConfigError(unknown)
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise ConfigError([Problem(file, "config", "a stack file needs a 'config' mapping")])
     raw: dict[str, Any] = document["config"]
@@ -912,6 +914,29 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
             ]
         )
     return cfg
+
+
+# The keys of a stack file Pulumi reads (its ProjectStack). Pulumi ignores any other, so a
+# misspelled one (confg:) would leave its settings unread; keys that resemble none stay allowed,
+# as Pulumi allows them (a top-level key that only holds a YAML anchor).
+_STACK_FILE_KEYS = ("config", "encryptedkey", "encryptionsalt", "environment", "secretsprovider")
+
+
+def _unknown_file_keys(document: dict[Any, Any], file: str) -> list[Problem]:
+    found = []
+    for key in document:
+        name = str(key)
+        if name in _STACK_FILE_KEYS or not (hint := did_you_mean(name, _STACK_FILE_KEYS)):
+            continue
+        found.append(
+            Problem(
+                file,
+                excerpt(name, 40),
+                f"unknown key '{excerpt(name, 40)}'{hint} (Pulumi would ignore it and what it "
+                "holds)",
+            )
+        )
+    return found
 
 
 def _is_secure(value: Any) -> bool:

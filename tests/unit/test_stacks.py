@@ -519,6 +519,22 @@ BAD_STACKS = {
             "(allowed: 100 to 256000)"
         ],
     ),
+    "misspelled top-level key": (
+        "config:\n",
+        "confg:\n  aws:region: us-east-1\nconfig:\n",
+        [
+            "stacks/Pulumi.dev.yaml: confg: unknown key 'confg'; did you mean 'config'? (Pulumi "
+            "would ignore it and what it holds)"
+        ],
+    ),
+    "misspelled secrets provider": (
+        "config:\n",
+        "secretprovider: awskms://alias/x\nconfig:\n",
+        [
+            "stacks/Pulumi.dev.yaml: secretprovider: unknown key 'secretprovider'; did you mean "
+            "'secretsprovider'? (Pulumi would ignore it and what it holds)"
+        ],
+    ),
     "overlapping CIDRs": (
         "    singleNatGateway: true\n",
         "    singleNatGateway: true\n    privateSubnetCidrs: [10.40.0.0/19, 10.40.16.0/20]\n",
