@@ -336,10 +336,18 @@ def instance_type_problem(instance_type: str) -> str | None:
     known = catalog.instance_types()
     if instance_type in known:
         return None
-    return (
-        f"unknown GPU instance type '{excerpt(instance_type, 40)}'"
-        f"{did_you_mean(instance_type, known)}"
-    )
+    hint = did_you_mean(instance_type, known)
+    if not hint:
+        # No close spelling (p5.metal): say which sizes the family has, or which families.
+        family = instance_type.partition(".")[0]
+        sizes = [name for name in known if name.partition(".")[0] == family]
+        families = sorted({name.partition(".")[0] for name in known})
+        hint = (
+            f" (allowed in {family}: {allowed(sizes)})"
+            if sizes
+            else f" (allowed: a type of the catalog's families {', '.join(families)})"
+        )
+    return f"unknown GPU instance type '{excerpt(instance_type, 40)}'{hint}"
 
 
 def system_vcpus(instance_type: str) -> int | None:

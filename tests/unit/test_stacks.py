@@ -507,7 +507,9 @@ BAD_STACKS = {
         f"instanceType: g6.{'x' * 400}",
         [
             "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].instanceType: unknown GPU "
-            f"instance type 'g6.{'x' * 20} ... {'x' * 12}'"
+            f"instance type 'g6.{'x' * 20} ... {'x' * 12}' (allowed in g6: 'g6.12xlarge', "
+            "'g6.16xlarge', 'g6.24xlarge', 'g6.2xlarge', 'g6.48xlarge', 'g6.4xlarge', "
+            "'g6.8xlarge' or 'g6.xlarge')"
         ],
     ),
     "io2 volumes without their IOPS": (
@@ -533,6 +535,14 @@ BAD_STACKS = {
         [
             "stacks/Pulumi.dev.yaml: secretprovider: unknown key 'secretprovider'; did you mean "
             "'secretsprovider'? (Pulumi would ignore it and what it holds)"
+        ],
+    ),
+    "a metal GPU type the catalog lacks": (
+        "instanceType: g6.xlarge",
+        "instanceType: p5.metal",
+        [
+            "stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].instanceType: unknown GPU "
+            "instance type 'p5.metal' (allowed in p5: 'p5.48xlarge')"
         ],
     ),
     "overlapping CIDRs": (
