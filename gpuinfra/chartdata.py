@@ -62,8 +62,9 @@ _DCGM_FIELD = re.compile(r"^(DCGM_FI_[A-Z0-9_]+|dcgm_[a-z0-9_]+)$")
 # apiVersion -> kind -> OpenAPI v3 schema.
 CrdMap = dict[str, dict[str, dict[str, Any]]]
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_VERSION = re.compile(r"^v?[0-9][0-9A-Za-z.+_-]*$")
+# \Z, not $: a trailing newline would otherwise pass into the data's directory names.
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
+_VERSION = re.compile(r"^v?[0-9][0-9A-Za-z.+_-]*\Z")
 # Files a chart holds that are never CRDs; skipping them spares parsing the largest ones.
 _NOT_CRDS = re.compile(r"^(Chart\.yaml|values[^/]*\.ya?ml)$")
 
@@ -545,7 +546,10 @@ def _counter(line: str) -> tuple[str, str, str]:
 def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
     """The counters data file of a DCGM exporter version, from its CSV counter lists."""
     if not _VERSION.match(version):
-        raise UsageError(f"DCGM exporter version {version!r} is not a version")
+        raise UsageError(
+            f"VERSION {excerpt(repr(version))}: not a DCGM exporter version (allowed: e.g. "
+            "4.6.0-4.8.3: a digit first, then letters, digits and . + _ -)"
+        )
     lists: dict[str, dict[str, str]] = {}
     problems: list[Problem] = []
     for path in csv_files:
@@ -561,8 +565,16 @@ def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
 
 def api_files(api: str, version: str, crd_files: list[Path]) -> dict[str, str]:
     """The data file of an API's CRDs (plain CRD YAML files, as its release publishes them)."""
-    if not _NAME.match(api) or not _VERSION.match(version):
-        raise UsageError(f"{api!r} {version!r}: not an API name and a version")
+    if not _NAME.match(api):
+        raise UsageError(
+            f"NAME {excerpt(repr(api))}: not an API name (allowed: lowercase letters, digits "
+            "and '-', e.g. gateway-api)"
+        )
+    if not _VERSION.match(version):
+        raise UsageError(
+            f"VERSION {excerpt(repr(version))}: not a release (allowed: e.g. 1.6.1: a digit "
+            "first, then letters, digits and . + _ -)"
+        )
     documents = []
     for path in crd_files:
         try:

@@ -417,3 +417,52 @@ def test_the_data_files_are_sorted_json_with_a_trailing_newline() -> None:
         assert text.endswith("}\n"), path
         data = json.loads(text)
         assert list(data) == sorted(data), path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ("counters", "4.6.0\n", "{csv}"),
+            "VERSION '4.6.0\\n': not a DCGM exporter version (allowed: e.g. 4.6.0-4.8.3: a "
+            "digit first, then letters, digits and . + _ -)",
+        ),
+        (
+            ("api", "gateway-api\n", "1.6.1", "{csv}"),
+            "NAME 'gateway-api\\n': not an API name (allowed: lowercase letters, digits and "
+            "'-', e.g. gateway-api)",
+        ),
+        (
+            ("api", "gateway-api", "1.6.1\n", "{csv}"),
+            "VERSION '1.6.1\\n': not a release (allowed: e.g. 1.6.1: a digit first, then "
+            "letters, digits and . + _ -)",
+        ),
+        (
+            ("build", "{chart}", "--version", "1.2.3\n"),
+            "--version '1.2.3\\n': not a chart version (allowed: e.g. 0.19.3)",
+        ),
+    ],
+)
+def test_a_newline_in_a_name_or_version_is_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    """A trailing newline would become part of a directory name under the data directory."""
+    chart_tree(tmp_path / "src")
+    listing = tmp_path / "default-counters.csv"
+    listing.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
+    places = {"csv": str(listing), "chart": str(tmp_path / "src" / "demo")}
+    data = tmp_path / "data"
+    args = [a.format(**places) for a in argv]
+    code, out, err = run_main(capsys, "schemas", *args, "--out", str(data))
+    assert (code, out, err.splitlines()) == (2, "", [f"error: {message}"])
+    assert not data.exists()
+
+
+def test_a_newline_in_chart_yamls_name_or_version_is_refused(tmp_path: Path) -> None:
+    chart_tree(tmp_path)
+    chart = tmp_path / "demo" / "Chart.yaml"
+    for text in ('name: "demo\\n"\nversion: 1.2.3\n', 'name: demo\nversion: "1.2.3\\n"\n'):
+        chart.write_text(text)
+        with pytest.raises(UsageError) as caught:
+            chartdata.read_chart(tmp_path / "demo")
+        assert "\\n" in caught.value.message
