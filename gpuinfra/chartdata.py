@@ -262,14 +262,25 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
     else:
         raise UsageError(f"{path}: no such chart directory or archive")
     if "Chart.yaml" not in files:
-        raise UsageError(f"{path}: not a Helm chart (no Chart.yaml at its top)")
+        what = "is a directory" if (path / "Chart.yaml").is_dir() else "missing"
+        raise UsageError(
+            f"{path}: Chart.yaml: {what} (allowed: a Helm chart, with its Chart.yaml at the top)"
+        )
     meta = _yaml_mapping(files["Chart.yaml"], f"{path}: Chart.yaml")
-    name = str(meta.get("name") or "")
-    if not _NAME.match(name):
-        raise UsageError(f"{path}: Chart.yaml: name {name!r} is not a chart name")
+    name = meta.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        shown = "missing" if name is None else f"{excerpt(repr(name))} is not a chart name"
+        raise UsageError(
+            f"{path}: Chart.yaml: name: {shown} (allowed: lowercase letters, digits and '-', "
+            "e.g. gpu-operator)"
+        )
     chosen = version or str(meta.get("version") or "")
     if not _VERSION.match(chosen):
-        raise UsageError(f"{path}: chart version {chosen!r} is not a version")
+        shown = f"{excerpt(repr(chosen))} is not a version" if chosen else "missing"
+        raise UsageError(
+            f"{path}: Chart.yaml: version: {shown} (allowed: e.g. 0.19.3; --version gives one "
+            "for a development placeholder)"
+        )
     values = _yaml_mapping(files.get("values.yaml", b"{}"), f"{path}: values.yaml")
     # A subchart's values are set under its name in the parent's values; the parent's own
     # settings for it override the subchart's defaults, as Helm merges them.
@@ -292,11 +303,11 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
                 # Helm installs crds/ verbatim: a file there that does not parse is a broken chart.
                 raise UsageError(f"{path}: {member}: not valid YAML ({_first_line(exc)})") from None
             continue
-        crds += [
-            (member, doc)
-            for doc in documents
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
-        ]
+        for doc in documents:
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                if not _crd_shaped(doc):
+                    raise UsageError(f"{path}: {member}: {_CRD_SHAPE}")
+                crds.append((member, doc))
     values_schema = None
     if "values.schema.json" in files:
         try:
@@ -305,6 +316,32 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
             raise UsageError(f"{path}: values.schema.json: not valid JSON ({exc})") from None
     return ChartSource(
         name=name, version=chosen, values=values, crds=tuple(crds), values_schema=values_schema
+    )
+
+
+_CRD_SHAPE = (
+    "not a CustomResourceDefinition with spec.group, spec.names.kind and named spec.versions "
+    "(allowed: a CRD as apiextensions.k8s.io/v1 defines it)"
+)
+
+
+def _crd_shaped(document: Mapping[str, Any]) -> bool:
+    """Whether a CRD document has the fields its schemas are read from, of their types."""
+    spec = document.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    names, versions = spec.get("names"), spec.get("versions")
+    return (
+        isinstance(spec.get("group"), str)
+        and isinstance(names, dict)
+        and isinstance(names.get("kind"), str)
+        and isinstance(versions, list)
+        and all(
+            isinstance(v, dict)
+            and isinstance(v.get("name"), str)
+            and isinstance(v.get("schema") or {}, dict)
+            for v in versions
+        )
     )
 
 
@@ -326,7 +363,12 @@ def _directory_files(root: Path) -> Iterator[tuple[str, bytes]]:
         if _is_subchart_archive(relative):
             yield from _archive_files(file, prefix=f"{PurePosixPath(relative).parent}/").items()
         else:
-            yield relative, file.read_bytes()
+            try:
+                yield relative, file.read_bytes()
+            except OSError as exc:
+                raise UsageError(
+                    f"{root}: {relative}: cannot read ({exc.strerror or exc})"
+                ) from None
 
 
 def _is_subchart_archive(member: str) -> bool:
@@ -582,21 +624,10 @@ def api_files(api: str, version: str, crd_files: list[Path]) -> dict[str, str]:
         except OSError as exc:
             raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
         document = _yaml_mapping(text, str(path))
-        spec = document.get("spec")
-        versions = spec.get("versions") if isinstance(spec, dict) else None
-        if (
-            document.get("kind") != "CustomResourceDefinition"
-            or not isinstance(spec, dict)
-            or not isinstance(spec.get("group"), str)
-            or not isinstance(spec.get("names"), dict)
-            or not isinstance(spec["names"].get("kind"), str)
-            or not isinstance(versions, list)
-            or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in versions)
-        ):
+        if document.get("kind") != "CustomResourceDefinition" or not _crd_shaped(document):
             raise UsageError(
-                f"{path}: not a CustomResourceDefinition with spec.group, spec.names.kind and "
-                "named spec.versions (allowed: one CRD per file, as the API's release "
-                "publishes them)"
+                f"{path}: {_CRD_SHAPE.removesuffix(')')}; one CRD per file, as the API's "
+                "release publishes them)"
             )
         if not crd_schemas(((str(path), document),)):
             raise UsageError(f"{path}: the CRD serves no version with an openAPIV3Schema")

@@ -275,7 +275,10 @@ def test_a_version_can_replace_a_development_placeholder(tmp_path: Path) -> None
     ("make", "message"),
     [
         (lambda p: p / "nope", "{path}: no such chart directory or archive"),
-        (lambda p: p, "{path}: not a Helm chart (no Chart.yaml at its top)"),
+        (
+            lambda p: p,
+            "{path}: Chart.yaml: missing (allowed: a Helm chart, with its Chart.yaml at the top)",
+        ),
     ],
 )
 def test_a_bad_path_is_one_line_and_exit_2(tmp_path: Path, make: Any, message: str) -> None:
@@ -466,3 +469,62 @@ def test_a_newline_in_chart_yamls_name_or_version_is_refused(tmp_path: Path) -> 
         with pytest.raises(UsageError) as caught:
             chartdata.read_chart(tmp_path / "demo")
         assert "\\n" in caught.value.message
+
+
+BAD_CRD = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"Chart.yaml/x": ""},
+            "Chart.yaml: is a directory (allowed: a Helm chart, with its Chart.yaml at the top)",
+        ),
+        (
+            {"Chart.yaml": "version: 1.2.3\n"},
+            "Chart.yaml: name: missing (allowed: lowercase letters, digits and '-', "
+            "e.g. gpu-operator)",
+        ),
+        (
+            {"Chart.yaml": "name: [demo]\nversion: 1.2.3\n"},
+            "Chart.yaml: name: ['demo'] is not a chart name (allowed: lowercase letters, digits "
+            "and '-', e.g. gpu-operator)",
+        ),
+        (
+            {"Chart.yaml": "name: demo\n"},
+            "Chart.yaml: version: missing (allowed: e.g. 0.19.3; --version gives one for a "
+            "development placeholder)",
+        ),
+        (
+            {"Chart.yaml": "name: demo\nversion: [1]\n"},
+            "Chart.yaml: version: '[1]' is not a version (allowed: e.g. 0.19.3; --version gives "
+            "one for a development placeholder)",
+        ),
+        (
+            {"Chart.yaml": CHART, "crds/a.yaml": BAD_CRD + "spec: 3\n"},
+            "crds/a.yaml: not a CustomResourceDefinition with spec.group, spec.names.kind and "
+            "named spec.versions (allowed: a CRD as apiextensions.k8s.io/v1 defines it)",
+        ),
+        (
+            {
+                "Chart.yaml": CHART,
+                "crds/a.yaml": BAD_CRD
+                + "spec:\n  versions:\n  - {name: v1, served: true, schema: {openAPIV3Schema: {}}}\n",
+            },
+            "crds/a.yaml: not a CustomResourceDefinition with spec.group, spec.names.kind and "
+            "named spec.versions (allowed: a CRD as apiextensions.k8s.io/v1 defines it)",
+        ),
+    ],
+)
+def test_a_broken_chart_is_one_line_naming_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str], message: str
+) -> None:
+    chart = tmp_path / "chart"
+    for relative, text in files.items():
+        (chart / relative).parent.mkdir(parents=True, exist_ok=True)
+        (chart / relative).write_text(text)
+    data = tmp_path / "data"
+    code, out, err = run_main(capsys, "schemas", "build", str(chart), "--out", str(data))
+    assert (code, out, err.splitlines()) == (2, "", [f"error: {chart}: {message}"])
+    assert not data.exists()
