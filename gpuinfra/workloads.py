@@ -65,11 +65,23 @@ def gpu_types() -> list[str]:
     )
 
 
-def max_efa_interfaces() -> tuple[int, str]:
-    """The most EFA interfaces an instance type of the catalog has, and that type."""
-    types = catalog.instance_types().values()
-    most = max(t.efa_interfaces for t in types)
-    return most, min(t.name for t in types if t.efa_interfaces == most)
+def efa_types(gpu_type: str) -> list[catalog.InstanceType]:
+    """The catalog's instance types with EFA and ``gpu_type`` GPUs, by name."""
+    return sorted(
+        (
+            t
+            for t in catalog.instance_types().values()
+            if t.gpu_name == gpu_type and t.efa_interfaces
+        ),
+        key=lambda t: t.name,
+    )
+
+
+def efa_share(instance: catalog.InstanceType, gpus: int) -> int:
+    """The EFA interfaces a pod holding ``gpus`` of the instance's GPUs may ask for: its share
+    of the interfaces, at least one; the device plugin has no more to give the node's other
+    pods."""
+    return max(1, instance.efa_interfaces * gpus // instance.gpu_count)
 
 
 @dataclass
@@ -174,14 +186,9 @@ class TrainingJob:
                 f"--network {excerpt(repr(self.network))}: not allowed"
                 f"{did_you_mean(self.network, NETWORKS)} (allowed: {allowed(NETWORKS)})"
             )
-        most, instance_type = max_efa_interfaces()
-        if self.network == "efa" and not 1 <= self.efa_interfaces <= most:
-            found.append(
-                f"--efa-interfaces {self.efa_interfaces}: out of range with --network efa "
-                f"(allowed: 1 to {most}, the instance type's EFA interface count; {most} on "
-                f"{instance_type})"
-            )
-        elif self.network in NETWORKS and self.network != "efa" and self.efa_interfaces:
+        if self.network == "efa":
+            found += self._efa_problems()
+        elif self.network in NETWORKS and self.efa_interfaces:
             found.append(
                 f"--efa-interfaces {self.efa_interfaces}: only with --network efa (allowed: 0 "
                 f"with --network {self.network})"
@@ -197,6 +204,41 @@ class TrainingJob:
                 "site's data network NCCL bootstraps over, e.g. --socket-ifname ens1f0"
             )
         return found
+
+    def _efa_problems(self) -> list[str]:
+        """EFA is an AWS instance's: the catalog's types with the GPU type bound the GPUs per
+        node and the interfaces each pod may ask for. An unknown GPU type or a GPU count out of
+        range has had its line."""
+        if self.gpu_type not in gpu_types() or not 1 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            return []
+        types = efa_types(self.gpu_type)
+        if not types:
+            offered = sorted(
+                {t.gpu_name for t in catalog.instance_types().values() if t.efa_interfaces}
+            )
+            return [
+                f"--network efa: no instance type of the catalog has EFA and {self.gpu_type} "
+                f"GPUs (allowed with --network efa: --gpu-type {allowed(offered)})"
+            ]
+        # max() keeps the first of equals: the name first in order.
+        largest = max(types, key=lambda t: t.gpu_count)
+        if self.gpus_per_node > largest.gpu_count:
+            return [
+                f"--gpus-per-node {self.gpus_per_node}: more GPUs than an instance type with EFA "
+                f"and {self.gpu_type} GPUs has (allowed: 1 to {largest.gpu_count} with "
+                f"--network efa; {largest.gpu_count} on {largest.name})"
+            ]
+        fits = [t for t in types if t.gpu_count >= self.gpus_per_node]
+        best = max(fits, key=lambda t: efa_share(t, self.gpus_per_node))
+        most = efa_share(best, self.gpus_per_node)
+        if not 1 <= self.efa_interfaces <= most:
+            return [
+                f"--efa-interfaces {self.efa_interfaces}: out of range with --network efa "
+                f"(allowed: 1 to {most}, the share of {self.gpus_per_node} GPU"
+                f"{'s' if self.gpus_per_node > 1 else ''} in an instance type's EFA "
+                f"interfaces; {best.efa_interfaces} for {best.gpu_count} GPUs on {best.name})"
+            ]
+        return []
 
 
 def shm_problems(text: str) -> list[str]:

@@ -157,7 +157,11 @@ def lines_of(**changes: Any) -> list[str]:
         ({"gpus_per_node": 0}, "--gpus-per-node 0: out of range (allowed: 1 to 16;"),
         ({"gpus_per_node": 17}, "--gpus-per-node 17: out of range (allowed: 1 to 16;"),
         ({"nodes": 0}, "--nodes 0: out of range (allowed: 1 to 100000;"),
-        ({"network": "efa", "efa_interfaces": 33}, "--efa-interfaces 33: out of range with --network efa (allowed: 1 to 32, the instance type's EFA interface count; 32 on p5.48xlarge)"),
+        ({"network": "efa", "efa_interfaces": 33}, "--efa-interfaces 33: out of range with --network efa (allowed: 1 to 32, the share of 8 GPUs in an instance type's EFA interfaces; 32 for 8 GPUs on p5.48xlarge)"),
+        ({"network": "efa", "efa_interfaces": 5, "gpus_per_node": 1}, "--efa-interfaces 5: out of range with --network efa (allowed: 1 to 4, the share of 1 GPU in an instance type's EFA interfaces; 32 for 8 GPUs on p5.48xlarge)"),
+        ({"network": "efa", "efa_interfaces": 32, "gpu_type": "l40s"}, "--efa-interfaces 32: out of range with --network efa (allowed: 1 to 4, the share of 8 GPUs in an instance type's EFA interfaces; 4 for 8 GPUs on g6e.48xlarge)"),
+        ({"network": "efa", "efa_interfaces": 32, "gpus_per_node": 16}, "--gpus-per-node 16: more GPUs than an instance type with EFA and h100 GPUs has (allowed: 1 to 8 with --network efa; 8 on p5.48xlarge)"),
+        ({"network": "efa", "efa_interfaces": 1, "gpu_type": "a40"}, "--network efa: no instance type of the catalog has EFA and a40 GPUs (allowed with --network efa: --gpu-type 'a100', 'a10g', 'h100', 'h200', 'l4' or 'l40s')"),
         ({"efa_interfaces": 4}, "--efa-interfaces 4: only with --network efa (allowed: 0 with --network infiniband)"),
         ({"socket_ifname": "eth 0"}, "--socket-ifname 'eth 0': not an interface name (allowed:"),
         ({"socket_ifname": "averyveryverylongname"}, "--socket-ifname 'averyveryverylongname': not an interface name"),
@@ -248,6 +252,12 @@ def test_the_command_bounds_efa_interfaces_by_the_catalog(tmp_path: Path) -> Non
     assert bad.stderr.startswith("error: --efa-interfaces 33: out of range with --network efa")
     good = run_cli("workloads", "training", "llm", *common, *image, "--efa-interfaces", "32")
     assert good.code == 0, good.stderr
+    one_gpu = ["--gpus-per-node", "1"]
+    bad = run_cli(
+        "workloads", "training", "llm", *common, *image, *one_gpu, "--efa-interfaces", "5"
+    )
+    assert (bad.code, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("error: --efa-interfaces 5: out of range with --network efa")
 
 
 NODES = "allowed: 1 to 100000; Kubernetes runs an indexed Job on at most 100000 pods"
