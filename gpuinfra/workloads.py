@@ -52,6 +52,9 @@ _IMAGE = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
     r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
 )
+# The distribution reference's bound on a repository name, the registry's host included: a
+# registry or the container runtime refuses a longer one.
+MAX_IMAGE_NAME = 255
 # NCCL_SOCKET_IFNAME: interface names or prefixes, comma-separated, optionally after ^ (exclude)
 # or = (exact); a Linux interface name has at most 15 characters.
 _IFNAMES = re.compile(r"[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*")
@@ -156,6 +159,11 @@ class TrainingJob:
         if not found:
             return [f"{shown}: not an image reference ({pinned})"]
         tag, digest = found.group("tag"), found.group("digest")
+        if len(found.group("name")) > MAX_IMAGE_NAME:
+            return [
+                f"{shown}: the repository name has {len(found.group('name'))} characters "
+                f"(allowed: at most {MAX_IMAGE_NAME}, the registry's host included)"
+            ]
         if digest:
             return []
         if tag is None:

@@ -151,6 +151,7 @@ def lines_of(**changes: Any) -> list[str]:
         ({"image": "nvcr.io/nvidia/pytorch"}, "--image 'nvcr.io/nvidia/pytorch': no tag or digest"),
         ({"image": "NVCR.io/Nvidia/PyTorch:25.01"}, "--image 'NVCR.io/Nvidia/PyTorch:25.01': not an image reference"),
         ({"image": "pytorch@sha256:abc"}, "--image 'pytorch@sha256:abc': not an image reference"),
+        ({"image": "r.io/" + "a" * 251 + ":1.0"}, "--image 'r.io/aaaa"),
         ({"shm_size": "64GB"}, "--shm-size '64GB': not a Kubernetes quantity above zero; did you mean '64Gi'? (allowed:"),
         ({"shm_size": "0"}, "--shm-size '0': not a Kubernetes quantity above zero (allowed:"),
         ({"shm_size": "lots"}, "--shm-size 'lots': not a Kubernetes quantity"),
@@ -170,6 +171,16 @@ def lines_of(**changes: Any) -> list[str]:
 def test_each_bad_setting_is_one_line_naming_its_flag(changes: dict[str, Any], start: str) -> None:
     (line,) = lines_of(**changes)
     assert line.startswith(start), line
+
+
+def test_an_image_name_longer_than_a_registry_takes_is_refused_in_one_line() -> None:
+    longest = "r.io/" + "a" * 250
+    assert job(image=f"{longest}:1.0").problems() == []
+    (line,) = lines_of(image=f"{longest}a@sha256:{'0' * 64}")
+    assert line.endswith(
+        ": the repository name has 256 characters (allowed: at most 255, the registry's host "
+        "included)"
+    )
 
 
 def test_pinned_images_and_nccl_interface_lists_are_accepted() -> None:
