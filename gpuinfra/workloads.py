@@ -18,6 +18,10 @@ from gpuinfra.addons.base import (
     GPU_RESOURCE,
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
+    LABEL_VALUE,
+    LABEL_VALUE_ALLOWED,
+    PROJECT_LABEL,
+    TEAM_LABEL,
     quantity_amount,
 )
 from gpuinfra.addons.kueue import CLUSTER_NAMESPACES_REFUSED, cluster_namespace
@@ -105,6 +109,14 @@ class TrainingJob:
     # DataLoader workers share memory through /dev/shm; the 64 MiB default stops them.
     shm_size: str = "64Gi"
     script: str = "train.py"
+    # The pods' cost labels, which the Prometheus stack's admission policy requires of every GPU
+    # pod (gpuinfra/addons/accounting.py); unset: the namespace (a team's own) and the Job's name.
+    team: str | None = None
+    project: str | None = None
+
+    @property
+    def cost_labels(self) -> dict[str, str]:
+        return {TEAM_LABEL: self.team or self.namespace, PROJECT_LABEL: self.project or self.name}
 
     def problems(self) -> list[str]:
         """One line per setting that would print an object Kubernetes, Kueue or the nodes
@@ -144,6 +156,11 @@ class TrainingJob:
                 f"--namespace {self.namespace!r}: the cluster's own namespace, not a team's "
                 f"({CLUSTER_NAMESPACES_REFUSED})"
             )
+        for flag, label in (("--team", self.team), ("--project", self.project)):
+            if label is not None and not LABEL_VALUE.fullmatch(label):
+                found.append(
+                    f"{flag} {excerpt(repr(label))}: not a label value ({LABEL_VALUE_ALLOWED})"
+                )
         known = gpu_types()
         if self.gpu_type not in known:
             found.append(
@@ -340,7 +357,7 @@ def training_job(job: TrainingJob) -> dict[str, Any]:
         "metadata": {
             "name": job.name,
             "namespace": job.namespace,
-            "labels": {QUEUE_LABEL: job.queue},
+            "labels": {QUEUE_LABEL: job.queue, **job.cost_labels},
         },
         "spec": {
             # Kueue admits the Job (and unsuspends it) when the queue's quota allows all of it.
@@ -350,6 +367,7 @@ def training_job(job: TrainingJob) -> dict[str, Any]:
             "parallelism": job.nodes,
             "backoffLimit": 0,
             "template": {
+                "metadata": {"labels": job.cost_labels},
                 "spec": {
                     "restartPolicy": "Never",
                     "subdomain": job.name,
@@ -362,7 +380,7 @@ def training_job(job: TrainingJob) -> dict[str, Any]:
                             "emptyDir": {"medium": "Memory", "sizeLimit": job.shm_size},
                         }
                     ],
-                }
+                },
             },
         },
     }

@@ -84,8 +84,23 @@ def _quantity(value: str) -> str:
     return value
 
 
+# A label value Kubernetes takes, not empty: 1-63 letters, digits, '-', '_' and '.', starting
+# and ending with a letter or digit.
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE_ALLOWED = (
+    "allowed: 1-63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+)
+
+
+def _label_value(value: str) -> str:
+    if not LABEL_VALUE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a label value ({LABEL_VALUE_ALLOWED})")
+    return value
+
+
 # A DNS-1123 label: namespaces, queue and flavor names.
 Name = Annotated[str, AfterValidator(_dns_label)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
 
 MANAGED_BY: dict[str, str] = {"app.kubernetes.io/managed-by": "gpuinfra"}

@@ -24,9 +24,12 @@ from gpuinfra.addons.base import (
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
     MONITOR_LABELS,
+    PROJECT_LABEL,
+    TEAM_LABEL,
     AddonRender,
     AddonSettings,
     GeneratedSecret,
+    LabelValue,
     Name,
     Prerequisite,
     Quantity,
@@ -263,6 +266,17 @@ class TritonSettings(AddonSettings):
         default=None,
         description="Schedule Triton only on nodes labelled gpuinfra.dev/gpu-type=<gpu_type>; "
         "unset for any GPU node.",
+    )
+    team: LabelValue | None = Field(
+        default=None,
+        description="The team label of Triton's pods, by which their GPU-hours are reported (the "
+        "Prometheus stack refuses GPU pods without it where requireCostLabels is on); unset: "
+        "the namespace's name.",
+    )
+    project: LabelValue | None = Field(
+        default=None,
+        description="The project label of Triton's pods; unset: each serving group's name, or "
+        "triton without groups.",
     )
     cpu: Quantity = Field(default="4", description="CPU request per pod (a Kubernetes quantity).")
     memory: Quantity = Field(
@@ -839,12 +853,22 @@ def deployment(settings: TritonSettings, versions: Versions, group: Group) -> di
             "selector": {"matchLabels": group.labels},
             "template": {
                 "metadata": {
-                    "labels": group.labels,
+                    # The cost labels on the pods only: the selector stays as it was, which a
+                    # Deployment cannot change.
+                    "labels": {**group.labels, **cost_labels(settings, group)},
                     "annotations": {CONFIG_HASH_ANNOTATION: config_hash(group.models)},
                 },
                 "spec": pod,
             },
         },
+    }
+
+
+def cost_labels(settings: TritonSettings, group: Group) -> dict[str, str]:
+    """The team and project labels a group's pods carry (gpuinfra/addons/accounting.py)."""
+    return {
+        TEAM_LABEL: settings.team or settings.namespace,
+        PROJECT_LABEL: settings.project or group.group or NAME,
     }
 
 

@@ -30,6 +30,15 @@ def training(
         str | None, typer.Option(help="The data network interface NCCL bootstraps over")
     ] = None,
     shm_size: Annotated[str, typer.Option(help="Size of /dev/shm for DataLoader workers")] = "64Gi",
+    team: Annotated[
+        str | None,
+        typer.Option(
+            help="The pods' team label, GPU-hours are reported by (default: the namespace)"
+        ),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option(help="The pods' project label (default: the Job's name)")
+    ] = None,
 ) -> None:
     """Print a Kueue-queued training Job and its headless Service, checked against the schemas.
 
@@ -53,6 +62,8 @@ def training(
             efa_interfaces=efa_interfaces,
             socket_ifname=socket_ifname,
             shm_size=shm_size,
+            team=team,
+            project=project,
         )
     )
     kubernetes = versions.pinned().kubernetes.version

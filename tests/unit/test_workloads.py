@@ -45,7 +45,9 @@ def test_every_network_gives_valid_objects(network: str) -> None:
 
 def test_the_job_waits_for_kueue_and_fits_the_gpu_nodes() -> None:
     obj = workloads.training_job(job())
-    assert obj["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "gpu"}
+    cost = {"team": "team-a", "project": "llm-pretrain"}
+    assert obj["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "gpu", **cost}
+    assert obj["spec"]["template"]["metadata"]["labels"] == cost
     assert obj["spec"]["suspend"] is True
     pod = obj["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpuinfra.dev/gpu-type": "h100"}
@@ -63,6 +65,19 @@ BASELINE_CAPABILITIES = {
     *("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD"),
     *("NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"),
 }
+
+
+def test_the_pods_carry_the_team_and_project_given() -> None:
+    obj = workloads.training_job(job(team="vision", project="resnet"))
+    labels = obj["spec"]["template"]["metadata"]["labels"]
+    assert labels == {"team": "vision", "project": "resnet"}
+    (line,) = lines_of(team="", project="resnet")
+    assert line == (
+        "--team '': not a label value (allowed: 1-63 letters, digits, '-', '_' and '.', starting "
+        "and ending with a letter or digit)"
+    )
+    (line,) = lines_of(project="-x")
+    assert line.startswith("--project '-x': not a label value (allowed: 1-63 letters")
 
 
 @pytest.mark.parametrize("network", workloads.NETWORKS)

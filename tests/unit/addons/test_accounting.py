@@ -167,3 +167,41 @@ def test_the_rule_tests_catch_pending_pods_counted_as_allocated(rules_dir: Path)
     path.write_text(yaml.safe_dump(rules), "utf-8")
     result = _promtool("test", "rules", RULE_TESTS.name, cwd=rules_dir)
     assert result.returncode != 0
+
+
+def _exempt() -> list[str]:
+    (binding,) = [o for o in _stack().objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (expression,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    return list(expression["values"])
+
+
+def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(kind/name, the pod it creates) of every workload object, its namespace on the pod."""
+    found = []
+    for obj in objects:
+        template = (obj.get("spec") or {}).get("template")
+        if obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job") and template:
+            pod = {**template, "metadata": {**template.get("metadata", {})}}
+            pod["metadata"]["namespace"] = obj["metadata"].get("namespace")
+            found.append((f"{obj['kind']}/{obj['metadata']['name']}", pod))
+    return found
+
+
+def test_every_gpu_pod_gpuinfra_emits_carries_what_the_policy_requires() -> None:
+    """Each add-on's and the training template's GPU pods outside the exempt namespaces are
+    admitted: what the policy requires, each emitted workload offers."""
+    from gpuinfra import workloads
+
+    job = workloads.TrainingJob(
+        name="llm", namespace="vision", queue="gpu", image="r.io/pytorch:25.01-py3",
+        gpu_type="h100",
+    )  # fmt: skip
+    objects = [o for r in scenario_renders("everything") for o in r.objects]
+    objects += workloads.training_objects(job)
+    checked = [
+        (name, admitted(pod))
+        for name, pod in _pods(objects)
+        if pod["metadata"]["namespace"] not in _exempt()
+    ]
+    assert {name for name, _ in checked} >= {"Job/llm", "Deployment/triton"}
+    assert [(name, refused) for name, refused in checked if refused] == []
