@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_snake
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpuinfra import versions as versions_mod
@@ -99,6 +100,30 @@ class AddonsSettings(Settings):
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
+
+    @model_validator(mode="after")
+    def _operator_exempt(self) -> AddonsSettings:
+        # The GPU Operator's validators and smoke test request GPUs and carry no team or
+        # project label: the cost policy would refuse them, and the GPU stack never comes up.
+        stack, operator = self.prometheus_stack, self.gpu_operator
+        exempt = stack.cost_labels_exempt_namespaces
+        if not (stack.enabled and stack.require_cost_labels and operator.enabled):
+            return self
+        if operator.namespace in exempt:
+            return self
+        error = InitErrorDetails(
+            type=PydanticCustomError(
+                "value_error",
+                "lacks '{namespace}', the GPU Operator's namespace, whose pods request GPUs "
+                "without team or project labels: the cost policy would refuse them (allowed: a "
+                "list with '{namespace}')",
+                {"namespace": operator.namespace},
+            ),
+            # As the stack file writes it; a site's role variable is named from it.
+            loc=("prometheusStack", "costLabelsExemptNamespaces"),
+            input=exempt,
+        )
+        raise ValidationError.from_exception_data(type(self).__name__, [error])
 
 
 # How messages name each add-on.
@@ -340,7 +365,7 @@ def _together(
     except ValidationError as exc:
         # A check across add-ons, located at one add-on's field: its role variable.
         raise ConfigError(
-            place(str(loc[0]), _role_variable(loc), in_role_words(message))
+            place(to_snake(str(loc[0])), _role_variable(loc), in_role_words(message))
             for loc, message in located_messages(exc, AddonsSettings)
         ) from None
 
@@ -348,7 +373,7 @@ def _together(
 def _role_variable(loc: tuple[str | int, ...]) -> str:
     """``("kueue", "teams", 0)`` as the site writes it: ``kueue_teams[0]``."""
     addon, field_name, *rest = loc
-    return join_path([f"{addon}_{field_name}", *rest])
+    return join_path([f"{to_snake(str(addon))}_{to_snake(str(field_name))}", *rest])
 
 
 def _in_file(problem: Problem, origin: dict[str, str]) -> Problem:

@@ -87,8 +87,8 @@ class PrometheusStackSettings(AddonSettings):
     )
     cost_labels_exempt_namespaces: list[Name] = Field(
         default_factory=lambda: ["kube-system", "gpu-operator"],
-        description="Namespaces whose GPU pods need no team or project label (the GPU "
-        "Operator's validators run there).",
+        description="Namespaces whose GPU pods need no team or project label; the GPU "
+        "Operator's must be among them while it is enabled (its validators run there).",
     )
     alerting: AlertingSettings = Field(
         default_factory=AlertingSettings,

@@ -386,3 +386,45 @@ def test_every_addon_refuses_a_namespace_kubernetes_would_refuse(addon: str) -> 
         "name (allowed: at most 63 lowercase letters, digits and '-', starting and ending with a "
         "letter or digit)"
     ]
+
+
+OPERATOR_EXEMPT = (
+    "lacks '{ns}', the GPU Operator's namespace, whose pods request GPUs without team or "
+    "project labels: the cost policy would refuse them (allowed: a list with '{ns}')"
+)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"gpuOperator": {"namespace": "nvidia"}},
+        {"prometheusStack": {"costLabelsExemptNamespaces": ["kube-system"]}},
+    ],
+)
+def test_the_cost_policy_must_exempt_the_gpu_operators_namespace(settings: dict[str, Any]) -> None:
+    namespace = settings.get("gpuOperator", {}).get("namespace", "gpu-operator")
+    with pytest.raises(ConfigError) as caught:
+        validate(AddonsSettings, settings, "f.yaml")
+    assert caught.value.lines() == [
+        "f.yaml: prometheusStack.costLabelsExemptNamespaces: "
+        + OPERATOR_EXEMPT.format(ns=namespace)
+    ]
+    # Without the policy, or without the operator, nothing is refused.
+    for off in (
+        {"prometheusStack": {"requireCostLabels": False}},
+        {"gpuOperator": {"enabled": False}},
+    ):
+        merged = {key: {**settings.get(key, {}), **off.get(key, {})} for key in {*settings, *off}}
+        validate(AddonsSettings, merged, "f.yaml")
+
+
+def test_a_site_whose_cost_policy_would_refuse_the_gpu_operator_names_the_role_variable() -> None:
+    with pytest.raises(ConfigError) as caught:
+        addons.settings_from_play(
+            {"prometheus_stack_cost_labels_exempt_namespaces": ["kube-system"]},
+            file=lambda addon: f"group_vars/all/{addon}.yml",
+        )
+    assert caught.value.lines() == [
+        "group_vars/all/prometheus_stack.yml: prometheus_stack_cost_labels_exempt_namespaces: "
+        + OPERATOR_EXEMPT.format(ns="gpu-operator")
+    ]
