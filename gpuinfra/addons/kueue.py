@@ -84,10 +84,16 @@ class KueueFlavor(Settings):
         return value
 
 
+# Kueue's WorkloadPriorityClass: an int32 value and a description of at most 2048 characters,
+# as its CRD has them (the API server refuses the object otherwise).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_DESCRIPTION = 2048
+
+
 class PriorityClass(Settings):
     name: Name
-    value: int
-    description: str = ""
+    value: int = Field(ge=INT32_MIN, le=INT32_MAX)
+    description: str = Field(default="", max_length=MAX_DESCRIPTION)
 
 
 def _default_priorities() -> list[PriorityClass]:

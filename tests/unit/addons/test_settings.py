@@ -265,6 +265,24 @@ def test_a_stack_files_mistake_names_keys_as_the_stack_writes_them() -> None:
             "teams[1]",
             "'default' is the cluster's own namespace, not a team's",
         ),
+        (
+            "kueue",
+            {"priorityClasses": [{"name": "a", "value": 2**31}]},
+            "priorityClasses[0].value",
+            "input should be less than or equal to 2147483647, got 2147483648",
+        ),
+        (
+            "kueue",
+            {"priorityClasses": [{"name": "a", "value": -(2**31) - 1}]},
+            "priorityClasses[0].value",
+            "input should be greater than or equal to -2147483648",
+        ),
+        (
+            "kueue",
+            {"priorityClasses": [{"name": "a", "value": 1, "description": "x" * 2049}]},
+            "priorityClasses[0].description",
+            "string should have at most 2048 characters",
+        ),
         ("prometheus_stack", {"retention": "forever"}, "retention", "string should match pattern"),
     ],
 )
@@ -428,3 +446,15 @@ def test_a_site_whose_cost_policy_would_refuse_the_gpu_operator_names_the_role_v
         "group_vars/all/prometheus_stack.yml: prometheus_stack_cost_labels_exempt_namespaces: "
         + OPERATOR_EXEMPT.format(ns="gpu-operator")
     ]
+
+
+def test_kueue_priority_classes_at_their_bounds_are_rendered() -> None:
+    classes = [
+        {"name": "top", "value": 2**31 - 1, "description": "x" * 2048},
+        {"name": "bottom", "value": -(2**31)},
+    ]
+    objects = addons.render("kueue", {"priorityClasses": classes}).objects
+    values = {
+        o["metadata"]["name"]: o["value"] for o in objects if o["kind"] == "WorkloadPriorityClass"
+    }
+    assert values == {"top": 2**31 - 1, "bottom": -(2**31)}
