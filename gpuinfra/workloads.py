@@ -15,6 +15,7 @@ from typing import Any
 from gpuinfra import catalog, gpus
 from gpuinfra.addons.base import (
     DNS_LABEL,
+    EFA_RESOURCE,
     GPU_RESOURCE,
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
@@ -30,7 +31,6 @@ from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import FLOATING_WORDS
 
 NETWORKS = ("efa", "infiniband", "roce", "tcp")
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # A host carries at most 16 GPUs (8 on an HGX board, 16 on the largest DGX), as the site check's
 # bound on gpu_node_check_expected_gpu_count says.

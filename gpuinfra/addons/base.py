@@ -34,6 +34,8 @@ GPU_TOLERATION: dict[str, str] = {
 # Node pools (Pulumi) and site inventories label each GPU node with its GPU model (h100, l4).
 GPU_TYPE_LABEL = "gpuinfra.dev/gpu-type"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The EFA interfaces an AWS node offers its pods (the EFA device plugin's resource).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # Every pod that requests GPUs carries these; GPU-hours are reported by them (accounting.py).
 TEAM_LABEL = "team"
 PROJECT_LABEL = "project"

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
 from gpuinfra.addons.base import (
+    EFA_RESOURCE,
     GPU_RESOURCE,
     GPU_TOLERATION,
     GPU_TYPE_LABEL,
@@ -74,6 +75,9 @@ class KueueFlavor(Settings):
     mig_slices: dict[Annotated[str, StringConstraints(pattern=MIG_PROFILE)], int] = Field(
         default_factory=dict
     )
+    # Quota of EFA interfaces (vpc.amazonaws.com/efa). Kueue admits no workload asking for a
+    # resource its ClusterQueue does not cover, so a Job on EFA waits forever without it.
+    efa_interfaces: int = Field(default=0, ge=0)
 
     @field_validator("mig_slices")
     @classmethod
@@ -118,7 +122,9 @@ class KueueSettings(AddonSettings):
         default_factory=list,
         description="Quota per GPU type, each a mapping: gpu_type (the gpuinfra.dev/gpu-type node "
         "label value), gpus, cpu, memory, gpu_borrowing_limit (optional), mig_slices (optional: "
-        "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb).",
+        "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb), efa_interfaces "
+        "(optional: quota of vpc.amazonaws.com/efa; a Job asking for EFA is admitted only "
+        "where some flavor has it).",
     )
     teams: list[Team] = Field(
         default_factory=list,
@@ -183,6 +189,7 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
     # Kueue wants every flavor of a resource group to list the covered resources in order: a
     # flavor without slices of a profile lists it at 0.
     slices = mig_resources(settings)
+    efa = [EFA_RESOURCE] if any(f.efa_interfaces for f in settings.flavors) else []
     flavors = []
     for flavor in sorted(settings.flavors, key=lambda f: f.gpu_type):
         gpu: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": flavor.gpus}
@@ -204,6 +211,7 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
                         }
                         for name in slices
                     ),
+                    *({"name": name, "nominalQuota": flavor.efa_interfaces} for name in efa),
                 ],
             }
         )
@@ -218,7 +226,7 @@ def cluster_queue(settings: KueueSettings) -> dict[str, Any]:
             "withinClusterQueue": "LowerPriority",
         },
         "resourceGroups": [
-            {"coveredResources": ["cpu", "memory", GPU_RESOURCE, *slices], "flavors": flavors}
+            {"coveredResources": ["cpu", "memory", GPU_RESOURCE, *slices, *efa], "flavors": flavors}
         ],
     }
     return {

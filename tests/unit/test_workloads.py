@@ -329,3 +329,23 @@ def test_the_bounds_of_nodes_and_shm_size_are_allowed() -> None:
         volume = obj["spec"]["template"]["spec"]["volumes"][0]
         assert volume["emptyDir"]["sizeLimit"] == shm
         assert schemas.core_problems(obj, K8S) == []
+
+
+def test_kueue_covers_every_resource_an_efa_job_asks_for() -> None:
+    """Kueue never admits a Job asking for a resource its ClusterQueue does not cover."""
+    flavor = {"gpuType": "h100", "gpus": 16, "cpu": "192", "memory": "2000Gi"}
+    efa_job = workloads.training_job(job(network="efa", efa_interfaces=32, socket_ifname=None))
+    asked = set(efa_job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"])
+    assert "vpc.amazonaws.com/efa" in asked
+
+    def covered(**quota: int) -> set[str]:
+        settings = {"flavors": [{**flavor, **quota}], "teams": ["team-a"]}
+        objects = addons.render("kueue", settings).objects
+        (queue,) = [o for o in objects if o["kind"] == "ClusterQueue"]
+        (group,) = queue["spec"]["resourceGroups"]
+        (quotas,) = [f["resources"] for f in group["flavors"]]
+        assert [r["name"] for r in quotas] == group["coveredResources"]
+        return set(group["coveredResources"])
+
+    assert asked <= {"cpu", "memory"} | covered(efaInterfaces=64)
+    assert "vpc.amazonaws.com/efa" not in covered()

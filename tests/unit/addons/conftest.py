@@ -32,7 +32,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "kueue": {
             "cohort": "ml",
             "flavors": [
-                {"gpuType": "h100", "gpus": 16, "cpu": "192", "memory": "2000Gi"},
+                {
+                    "gpuType": "h100",
+                    "gpus": 16,
+                    "cpu": "192",
+                    "memory": "2000Gi",
+                    "efaInterfaces": 64,
+                },
                 {
                     "gpuType": "l4",
                     "gpus": 8,
