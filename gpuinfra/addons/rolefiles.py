@@ -21,7 +21,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from gpuinfra.addons import ADDONS, settings_model
-from gpuinfra.errors import CheckFailed
+from gpuinfra.errors import CheckFailed, UsageError, excerpt
 from gpuinfra.loading import display_path
 
 COMMAND = "gpuinfra addons role-files"
@@ -263,8 +263,15 @@ def stale(roles_dir: Path) -> list[Path]:
     return [
         path
         for path, text in role_files(roles_dir).items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
+        if path.is_symlink() or not path.is_file() or _read(path) != text.encode("utf-8")
     ]
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def check(roles_dir: Path) -> None:
@@ -278,11 +285,43 @@ def check(roles_dir: Path) -> None:
 
 
 def write(roles_dir: Path) -> list[Path]:
-    """Write the files that are stale; the paths written."""
+    """Write the files that are stale; the paths written. Every path is checked before the
+    first is written: a directory in the way, or a link (which the write would follow out of the
+    role), is refused and nothing is written."""
     files = role_files(roles_dir)
+    outdated = stale(roles_dir)
+    for path in outdated:
+        _check_target(roles_dir, path)
     written = []
-    for path in stale(roles_dir):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[path], encoding="utf-8")
+    for path in outdated:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(files[path], encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(
+                f"--roles {excerpt(str(roles_dir), 80)}: cannot write "
+                f"{display_path(path)}: {exc.strerror or exc}"
+            ) from None
         written.append(path)
     return written
+
+
+def _check_target(roles_dir: Path, path: Path) -> None:
+    shown = f"--roles {excerpt(str(roles_dir), 80)}: {path.relative_to(roles_dir)}"
+    for above in reversed(path.relative_to(roles_dir).parents[:-1]):
+        folder = roles_dir / above
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(
+                f"{shown}: {above} is not a directory and the file is written into it "
+                "(allowed: the role's folder; move the file away)"
+            )
+    if path.is_symlink():
+        raise UsageError(
+            f"{shown}: a link, which the write would follow to {excerpt(str(path.readlink()), 80)} "
+            "(allowed: a plain file or none; remove the link)"
+        )
+    if path.is_dir():
+        raise UsageError(
+            f"{shown}: a directory where the generated file is written (allowed: a plain file "
+            "or none; move the directory away)"
+        )

@@ -55,12 +55,25 @@ def render(
         say(f"removed {len(removed)} files an earlier render wrote and this one does not: {listed}")
 
 
+def _roles_option(value: str) -> Path:
+    """``--roles``: an empty value (an unset shell variable) would mean the current directory."""
+    if not value.strip():
+        raise typer.BadParameter(
+            f"{excerpt(repr(value), 40)} is empty (allowed: a roles directory holding the add-on "
+            "roles, e.g. roles)"
+        )
+    return Path(value)
+
+
 @addons_app.command("role-files")
 def role_files(
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; fail when a file is stale")
     ] = False,
-    roles: Annotated[Path | None, typer.Option(help="The roles directory")] = None,
+    roles: Annotated[
+        Path | None,
+        typer.Option(parser=_roles_option, metavar="DIR", help="The roles directory"),
+    ] = None,
 ) -> None:
     """Write the add-on roles' defaults and argument specs from the settings models."""
     from gpuinfra.addons import rolefiles

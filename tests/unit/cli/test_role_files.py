@@ -72,3 +72,56 @@ def test_paths_written_and_stale_keep_their_leading_slash(
     code, out, err = run_main(capsys, "addons", "role-files", "--check", "--roles", str(roles))
     assert (code, err) == (0, "")
     assert out.splitlines() == [f"role files under {roles} are up to date"]
+
+
+@pytest.mark.parametrize("check", [False, True])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_roles_value_is_refused(
+    value: str, check: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unset shell variable must not mean the current directory."""
+    flags = ["--check"] if check else []
+    code, out, err = run_main(capsys, "addons", "role-files", *flags, "--roles", value)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        "error: gpuinfra addons role-files: invalid value for '--roles': "
+        f"{value!r} is empty (allowed: a roles directory holding the add-on roles, e.g. roles) "
+        "(see gpuinfra addons role-files --help)"
+    ]
+
+
+def _in_the_way(roles: Path, tmp_path: Path, kind: str) -> str:
+    target = roles / "kueue" / "defaults" / "main.yml"
+    target.unlink()
+    if kind == "directory":
+        target.mkdir()
+        return (
+            "kueue/defaults/main.yml: a directory where the generated file is written (allowed: "
+            "a plain file or none; move the directory away)"
+        )
+    if kind == "dangling link":
+        target.symlink_to(tmp_path / "outside.yml")
+        return (
+            f"kueue/defaults/main.yml: a link, which the write would follow to "
+            f"{tmp_path / 'outside.yml'} (allowed: a plain file or none; remove the link)"
+        )
+    shutil.rmtree(target.parent)
+    target.parent.write_text("")
+    return (
+        "kueue/defaults/main.yml: kueue/defaults is not a directory and the file is written into "
+        "it (allowed: the role's folder; move the file away)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling link", "file as folder"])
+def test_a_path_in_the_way_is_one_line_and_nothing_is_written(
+    roles: Path, tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = _in_the_way(roles, tmp_path, kind)
+    other = roles / "triton" / "defaults" / "main.yml"
+    other.write_text("# edited by hand\n")
+    code, out, err = run_main(capsys, "addons", "role-files", "--roles", str(roles))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"error: --roles {roles}: {message}"]
+    assert other.read_text() == "# edited by hand\n"
+    assert not (tmp_path / "outside.yml").exists()
