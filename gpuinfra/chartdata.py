@@ -641,7 +641,13 @@ def write(files: Mapping[str, str], data: Path = DATA) -> list[Path]:
     written = []
     for relative, text in sorted(files.items()):
         target = data / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(
+                f"--out {excerpt(str(data), 80)}: cannot write {excerpt(relative, 80)}: "
+                f"{exc.strerror or exc}"
+            ) from None
         written.append(target)
     return written

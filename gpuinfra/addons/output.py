@@ -53,6 +53,11 @@ def check_out(out: Path, relative: str | None = None) -> None:
     one), and a path under it that a file of the render takes but that is in the way."""
     allowed = "allowed: a directory, or a path where one can be created"
     if relative is None:
+        if out.is_symlink() and not out.exists():
+            raise UsageError(
+                f"--out {_shown(out)}: a link to {excerpt(str(out.readlink()), 80)}, which does "
+                f"not exist ({allowed})"
+            )
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {_shown(out)}: not a directory ({allowed})")
         # The nearest path above that exists must be a directory: DIR is created in it.
@@ -64,11 +69,23 @@ def check_out(out: Path, relative: str | None = None) -> None:
         return
     target = out / relative
     for folder in target.parents[: len(Path(relative).parts) - 1]:
+        if folder.is_symlink() and not folder.exists():
+            raise UsageError(
+                f"--out {_shown(out)}: {excerpt(str(folder.relative_to(out)), 80)} is a link to "
+                f"{excerpt(str(folder.readlink()), 80)}, which does not exist, and a file is "
+                "written into it (remove the link)"
+            )
         if folder.exists() and not folder.is_dir():
             raise UsageError(
                 f"--out {_shown(out)}: {excerpt(str(folder.relative_to(out)), 80)} is not a "
                 "directory and a file is written into it (move it away)"
             )
+    if target.is_symlink():
+        raise UsageError(
+            f"--out {_shown(out)}: {excerpt(relative, 80)} is a link to "
+            f"{excerpt(str(target.readlink()), 80)} where a file is written, which the write "
+            "would follow (remove the link)"
+        )
     if target.is_dir():
         raise UsageError(
             f"--out {_shown(out)}: {excerpt(relative, 80)} is a directory where a file "

@@ -45,7 +45,7 @@ def render(
             say(f"# --- {relative}")
             say(text.rstrip("\n"))
         return
-    for relative in files:
+    for relative in [*files, output.MANIFEST]:
         output.check_out(out, relative)
     removed = output.write(out, files)
     names = ", ".join(r.name for r in renders) or "none"

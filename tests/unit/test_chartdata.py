@@ -528,3 +528,22 @@ def test_a_broken_chart_is_one_line_naming_the_file_and_key(
     code, out, err = run_main(capsys, "schemas", "build", str(chart), "--out", str(data))
     assert (code, out, err.splitlines()) == (2, "", [f"error: {chart}: {message}"])
     assert not data.exists()
+
+
+@pytest.mark.parametrize("link", ["", "dcgm-exporter", "dcgm-exporter/4.6.0/counters.json"])
+def test_schemas_write_nothing_through_a_dangling_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], link: str
+) -> None:
+    listing = tmp_path / "default-counters.csv"
+    listing.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
+    data = tmp_path / "data"
+    target = tmp_path / "elsewhere"
+    place = data / link if link else data
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.symlink_to(target)
+    argv = ("schemas", "counters", "4.6.0", str(listing), "--out", str(data))
+    code, out, err = run_main(capsys, *argv)
+    (line,) = err.splitlines()
+    assert (code, out) == (2, "")
+    assert line.startswith(f"error: --out {data}: ") and f"link to {target}" in line, line
+    assert not target.exists()

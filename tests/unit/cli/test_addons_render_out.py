@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.errors import excerpt
 from tests.conftest import run_main, user_repo
 
 KEDA_ON = "    keda:\n      enabled: true\n"
@@ -86,3 +87,43 @@ def test_a_manifest_that_is_not_json_is_replaced(
     code, _, err = run_main(capsys, "addons", "render", "--stack", "dev", "--out", "out")
     assert (code, err) == (0, ""), err
     assert "keda/release.yaml" in json.loads((out / ".gpuinfra-render.json").read_text())["files"]
+
+
+@pytest.mark.parametrize(
+    ("link", "message"),
+    [
+        (
+            "",
+            "--out {out}: a link to {target}, which does not exist (allowed: a directory, or a "
+            "path where one can be created)",
+        ),
+        (
+            "kueue",
+            "--out {out}: kueue is a link to {target}, which does not exist, and a file is "
+            "written into it (remove the link)",
+        ),
+        (
+            "kueue/objects.yaml",
+            "--out {out}: kueue/objects.yaml is a link to {target} where a file is written, "
+            "which the write would follow (remove the link)",
+        ),
+        (
+            ".gpuinfra-render.json",
+            "--out {out}: .gpuinfra-render.json is a link to {target} where a file is written, "
+            "which the write would follow (remove the link)",
+        ),
+    ],
+)
+def test_a_dangling_link_in_out_is_one_line_and_nothing_is_written_through_it(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], link: str, message: str
+) -> None:
+    out = repo / "build" / "addons"
+    target = tmp_path / "elsewhere"
+    place = out / link if link else out
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.symlink_to(target)
+    code, stdout, err = run_main(capsys, "addons", "render", "--stack", "dev", "--out", str(out))
+    assert (code, stdout) == (2, "")
+    shown = {"out": excerpt(str(out), 80), "target": excerpt(str(target), 80)}
+    assert err.splitlines() == ["error: " + message.format(**shown)]
+    assert not target.exists()
