@@ -349,3 +349,10 @@ def test_kueue_covers_every_resource_an_efa_job_asks_for() -> None:
 
     assert asked <= {"cpu", "memory"} | covered(efaInterfaces=64)
     assert "vpc.amazonaws.com/efa" not in covered()
+
+
+def test_the_readme_lists_the_gpu_types_the_command_accepts() -> None:
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    start = text.index("`--gpu-type` a GPU type gpuinfra knows")
+    listed = text[start : text.index(")", start)].split("(", 1)[1]
+    assert [t.strip(" `") for t in listed.split(",")] == workloads.gpu_types()
