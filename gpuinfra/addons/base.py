@@ -100,8 +100,35 @@ def _label_value(value: str) -> str:
     return value
 
 
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
+
+
+def url_port(url: str) -> int | None:
+    """The port an http(s) URL names, None when it names none; ValueError when what follows
+    the host's ':' is not 1-65535 in plain decimal digits (int() would read '+80', ' 80' and
+    '8_0' as 80, a URL reader in another language refuses them)."""
+    host = url.split("://", 1)[-1].split("/", 1)[0].rpartition("@")[2]
+    text = host.rpartition("]")[2] if host.startswith("[") else host
+    if ":" not in text:
+        return None
+    port = text.rpartition(":")[2]
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"{url!r}: port {port!r} is not a port (allowed: 1-65535 in decimal digits, e.g. "
+            "http://loki.logs.svc:3100)"
+        )
+    return int(port)
+
+
+def _url_port(value: str) -> str:
+    url_port(value)
+    return value
+
+
 # A DNS-1123 label: namespaces, queue and flavor names.
 Name = Annotated[str, AfterValidator(_dns_label)]
+# An http(s) URL of a Service whose port, when it names one, is a TCP port in plain digits.
+ServiceUrl = Annotated[str, AfterValidator(_url_port)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
 

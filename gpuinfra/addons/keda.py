@@ -20,6 +20,7 @@ from gpuinfra.addons.base import (
     AddonSettings,
     Chart,
     Name,
+    ServiceUrl,
     Settings,
     enabled_field,
     metadata,
@@ -74,7 +75,7 @@ class KedaSettings(AddonSettings):
     polling_seconds: int = Field(
         default=60, ge=10, le=600, description="How often KEDA asks Prometheus (seconds)."
     )
-    prometheus_address: str = Field(
+    prometheus_address: ServiceUrl = Field(
         default=prometheus_address("monitoring"),
         pattern=r"^https?://[^\s/]+(:\d+)?(/\S*)?$",
         description="URL of the Prometheus the triggers read: the Prometheus stack add-on's "

@@ -29,6 +29,7 @@ from gpuinfra.addons.base import (
     Chart,
     Name,
     Quantity,
+    ServiceUrl,
     enabled_field,
 )
 from gpuinfra.versions import Versions
@@ -80,7 +81,7 @@ class AlloySettings(AddonSettings):
         default=False,
     )
     namespace: Name = Field(default="alloy", description="Namespace of the Alloy release.")
-    loki_push_address: str = Field(
+    loki_push_address: ServiceUrl = Field(
         default=loki_push_address("loki"),
         pattern=r"^https?://[^\s/]+(:\d+)?/\S*$",
         description="URL Alloy pushes logs to: the Loki add-on's Service loki, port 3100, path "

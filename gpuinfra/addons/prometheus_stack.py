@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 from importlib import resources
 from typing import Any
 
@@ -26,10 +25,12 @@ from gpuinfra.addons.base import (
     GeneratedSecret,
     Name,
     Quantity,
+    ServiceUrl,
     enabled_field,
     metadata,
     quantity_amount,
     secret_config_key,
+    url_port,
 )
 from gpuinfra.versions import Versions
 
@@ -74,7 +75,7 @@ class PrometheusStackSettings(AddonSettings):
     grafana_admin_password_key: str = Field(
         default="admin-password", description="Key of the admin password in that Secret."
     )
-    loki_datasource_url: str | None = Field(
+    loki_datasource_url: ServiceUrl | None = Field(
         default=None,
         pattern=r"^https?://[^\s/]+(:\d+)?(/\S*)?$",
         description="URL of a Loki Grafana shows as a data source (the Loki add-on's: "
@@ -188,7 +189,8 @@ def grafana_to_loki(settings: PrometheusStackSettings) -> list[dict[str, Any]]:
     """Grafana's egress to Loki's HTTP port (the namespace denies egress by default)."""
     if not settings.loki_datasource_url:
         return []
-    port = urllib.parse.urlsplit(settings.loki_datasource_url).port or 80
+    url = settings.loki_datasource_url
+    port = url_port(url) or (443 if url.startswith("https://") else 80)
     return [
         {
             "apiVersion": "networking.k8s.io/v1",

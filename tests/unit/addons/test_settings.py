@@ -458,3 +458,43 @@ def test_kueue_priority_classes_at_their_bounds_are_rendered() -> None:
         o["metadata"]["name"]: o["value"] for o in objects if o["kind"] == "WorkloadPriorityClass"
     }
     assert values == {"top": 2**31 - 1, "bottom": -(2**31)}
+
+
+PORT_ALLOWED = "(allowed: 1-65535 in decimal digits, e.g. http://loki.logs.svc:3100)"
+
+
+@pytest.mark.parametrize("port", ["+80", " 80", "0x50", "8_0", "\u0668\u0660", "0", "65536", ""])
+@pytest.mark.parametrize(
+    ("addon", "key", "path"),
+    [
+        ("prometheus_stack", "lokiDatasourceUrl", ""),
+        ("alloy", "lokiPushAddress", "/loki/api/v1/push"),
+        ("keda", "prometheusAddress", ""),
+    ],
+)
+def test_a_service_urls_port_is_plain_decimal_digits(
+    addon: str, key: str, path: str, port: str
+) -> None:
+    url = f"http://svc.ns.svc:{port}{path}"
+    with pytest.raises(ConfigError) as caught:
+        addons.render(addon, {key: url}, file="f.yaml")
+    (line,) = caught.value.lines()
+    ours = f"f.yaml: {key}: {url!r}: port {port!r} is not a port {PORT_ALLOWED}"
+    # A field's pattern may refuse a space first, naming the key as well.
+    pattern = " " in port and line.startswith(f"f.yaml: {key}: string should match pattern")
+    assert line == ours or pattern, line
+
+
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [
+        ("http://loki.logs.svc:3100", 3100),
+        ("http://loki.logs.svc", 80),
+        ("https://loki.example.com/", 443),
+        ("http://[fd00::1]:65535", 65535),
+    ],
+)
+def test_grafana_may_reach_the_port_the_loki_url_names(url: str, port: int) -> None:
+    objects = addons.render("prometheus_stack", {"lokiDatasourceUrl": url}).objects
+    (policy,) = [o for o in objects if o["metadata"]["name"] == "allow-grafana-to-loki"]
+    assert policy["spec"]["egress"] == [{"ports": [{"protocol": "TCP", "port": port}]}]
