@@ -58,6 +58,17 @@ def _http_url(value: str) -> str:
 
 _Url = Annotated[str, Field(pattern=r"^https?://[^\s]+$"), AfterValidator(_http_url)]
 
+
+def _smarthost(value: str) -> str:
+    port = int(value.rpartition(":")[2])
+    if not 1 <= port <= 65535:
+        raise ValueError(
+            f"{value!r}: port {port} is out of range (allowed: host:port with a port 1-65535, "
+            "e.g. smtp.example.com:587)"
+        )
+    return value
+
+
 _TITLE = (
     '[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] '
     "{{ .CommonLabels.alertname }}"
@@ -185,7 +196,9 @@ class EmailReceiver(_Receiver):
     type: Literal["email"]
     to: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", description="Recipient address.")
     sender: str = Field(pattern=r"^[^@\s]+@[^@\s]+$", description="Sender (From) address.")
-    smarthost: str = Field(pattern=r"^[^:\s]+:[0-9]+$", description="SMTP relay as host:port.")
+    smarthost: Annotated[str, AfterValidator(_smarthost)] = Field(
+        pattern=r"^[^:\s]+:[0-9]{1,5}$", description="SMTP relay as host:port."
+    )
     auth_username: str = Field(default="", description="SMTP user; unset for no login.")
     auth_password_key: _SecretKey | None = None
     require_tls: bool = Field(default=True, description="Refuse to send without STARTTLS.")

@@ -315,6 +315,15 @@ def test_no_credential_is_written_in_the_values() -> None:
              "agentId": "1", "toParty": "2", "apiUrl": "https://qyapi.example:99999/"}]},
             "(allowed: e.g. https://alerts.example.com/v2; ASCII, a port 1-65535)",
         ),
+        *(
+            (
+                {"secret": "alerting", "receivers": [{"name": "mail", "type": "email",
+                 "to": "a@example.com", "sender": "b@example.com", "smarthost": f"smtp:{port}"}]},
+                f"receivers[0].email.smarthost: 'smtp:{port}': port {int(port)} is out of range "
+                "(allowed: host:port with a port 1-65535, e.g. smtp.example.com:587)",
+            )
+            for port in ("0", "65536", "99999")
+        ),
     ],
 )  # fmt: skip
 def test_a_bad_alerting_block_is_one_clear_line(
