@@ -57,6 +57,7 @@ EXPORTER_FIELDS = (
     "DCGM_EXP_XID_ERRORS_COUNT",
 )
 METRIC_TYPES = ("counter", "gauge", "histogram", "label", "summary")
+_LIST_NAME = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _DCGM_FIELD = re.compile(r"^(DCGM_FI_[A-Z0-9_]+|dcgm_[a-z0-9_]+)$")
 
 # apiVersion -> kind -> OpenAPI v3 schema.
@@ -595,6 +596,17 @@ def counter_files(version: str, csv_files: list[Path]) -> dict[str, str]:
     lists: dict[str, dict[str, str]] = {}
     problems: list[Problem] = []
     for path in csv_files:
+        # The file's name is the list's key in the data (default-counters).
+        if not _LIST_NAME.fullmatch(path.stem):
+            problems.append(
+                Problem(
+                    excerpt(repr(str(path)), 80),
+                    "",
+                    "not a counter list's name (allowed: letters, digits, '.', '_' and '-', "
+                    f"such as {' or '.join(COUNTER_LISTS)})",
+                )
+            )
+            continue
         try:
             lists[path.stem] = _counters(display_path(path), read_text(path))
         except ConfigError as exc:

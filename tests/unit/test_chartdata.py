@@ -547,3 +547,22 @@ def test_schemas_write_nothing_through_a_dangling_link(
     assert (code, out) == (2, "")
     assert line.startswith(f"error: --out {data}: ") and f"link to {target}" in line, line
     assert not target.exists()
+
+
+def test_a_counter_list_named_with_a_newline_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file's name becomes the list's key in the data."""
+    listing = tmp_path / "default\ncounters.csv"
+    listing.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
+    data = tmp_path / "data"
+    code, out, err = run_main(
+        capsys, "schemas", "counters", "4.6.0", str(listing), "--out", str(data)
+    )
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.endswith(
+        "counters.csv': not a counter list's name (allowed: letters, digits, '.', '_' and '-', "
+        "such as default-counters.csv or dcp-metrics-included.csv)"
+    )
+    assert not data.exists()
