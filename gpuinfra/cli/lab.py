@@ -16,7 +16,8 @@ from rich.text import Text
 
 from gpuinfra import lab as lab_mod
 from gpuinfra.cli.console import out
-from gpuinfra.errors import CheckFailed
+from gpuinfra.cli.options import parse_out_file
+from gpuinfra.errors import CheckFailed, UsageError, excerpt
 
 if TYPE_CHECKING:
     from gpuinfra.lab import runner
@@ -161,7 +162,12 @@ def converge(
     playbook: Annotated[str, typer.Option(help="Playbook under playbooks/")] = "nodes.yml",
     limit: Annotated[str | None, typer.Option(help="Only these hosts (Ansible pattern)")] = None,
     report_json: Annotated[
-        Path | None, typer.Option(help="Also write recap and node check reports here")
+        Path | None,
+        typer.Option(
+            parser=parse_out_file,
+            metavar="FILE",
+            help="Also write recap and node check reports here",
+        ),
     ] = None,
     vault_password_file: Annotated[
         Path | None,
@@ -212,7 +218,12 @@ def converge(
             "failures": [f.__dict__ for f in result.failures],
             "reports": result.reports,
         }
-        report_json.write_text(json.dumps(document, indent=2) + "\n")
+        try:
+            report_json.write_text(json.dumps(document, indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(
+                f"--report-json {excerpt(str(report_json), 80)}: cannot write: {exc.strerror}"
+            ) from None
     out.print(f"converge: {result.status} in {time.monotonic() - started:.0f}s")
     if not result.ok:
         lines = [str(f) for f in result.failures] or [

@@ -7,6 +7,7 @@ A value refused here stops the command before it reads a file, prints a line or 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -55,6 +56,26 @@ def parse_out_dir(value: str) -> Path:
 
     path = Path(value)
     check_out(path)
+    return path
+
+
+def parse_out_file(value: str) -> Path:
+    """An option naming one file a command writes when it is done (``converge --report-json``):
+    refused before the command starts, so that a long run does not end on a path it cannot
+    write."""
+    allowed = "allowed: a file path in an existing, writable directory"
+    shown = excerpt(repr(value), 60)
+    if not value.strip():
+        raise typer.BadParameter(f"{shown} is empty ({allowed})")
+    path = Path(value)
+    if path.is_dir():
+        raise typer.BadParameter(f"{shown} is a directory ({allowed})")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a directory" if folder.exists() else "does not exist"
+        raise typer.BadParameter(f"{shown}: {excerpt(str(folder), 60)} {what} ({allowed})")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise typer.BadParameter(f"{shown} cannot be written: permission denied ({allowed})")
     return path
 
 

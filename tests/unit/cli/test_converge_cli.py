@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
@@ -108,3 +108,40 @@ def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path, signum: i
         for pid in _running(f"sleep {marker}"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _local_site(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hosts.yml").write_text("all:\n  hosts:\n    alpha: {ansible_connection: local}\n")
+    return site
+
+
+ALLOWED_REPORT = "(allowed: a file path in an existing, writable directory)"
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("out", "'out' is a directory"),
+        ("absent/report.json", "'absent/report.json': absent does not exist"),
+        ("", "'' is empty"),
+    ],
+    ids=["directory", "missing-directory", "empty"],
+)
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path: Path, given: str, why: str
+) -> None:
+    _local_site(tmp_path)
+    (tmp_path / "out").mkdir()
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", "nodes.yml", "--report-json", given,
+        root=ROOT, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.code == 2
+    assert result.stderr.strip() == (
+        f"error: gpuinfra converge: invalid value for '--report-json': {why} {ALLOWED_REPORT} "
+        "(see gpuinfra converge --help)"
+    )
+    # Nothing ran: no playbook line, no recap.
+    assert result.stdout == ""
