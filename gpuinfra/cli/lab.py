@@ -16,7 +16,7 @@ from rich.text import Text
 
 from gpuinfra import lab as lab_mod
 from gpuinfra.cli.console import out
-from gpuinfra.cli.options import parse_out_file
+from gpuinfra.cli.options import parse_out_file, parse_vault_password_file
 from gpuinfra.errors import CheckFailed, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -172,7 +172,9 @@ def converge(
     vault_password_file: Annotated[
         Path | None,
         typer.Option(
-            help="Decrypts the site's Ansible Vault values (or ANSIBLE_VAULT_PASSWORD_FILE)"
+            parser=parse_vault_password_file,
+            metavar="FILE",
+            help="Decrypts the site's Ansible Vault values (or ANSIBLE_VAULT_PASSWORD_FILE)",
         ),
     ] = None,
 ) -> None:

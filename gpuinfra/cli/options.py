@@ -79,6 +79,30 @@ def parse_out_file(value: str) -> Path:
     return path
 
 
+def parse_vault_password_file(value: str) -> Path:
+    """``--vault-password-file``: a readable file holding the password, or a script that prints
+    it (as ansible-playbook takes it). Refused before any host is touched."""
+    allowed = "allowed: a file holding the vault password, or an executable that prints it"
+    shown = excerpt(repr(value), 60)
+    path = Path(value)
+    if not value.strip() or not path.exists():
+        raise typer.BadParameter(f"{shown}: no such file ({allowed})")
+    if path.is_dir():
+        raise typer.BadParameter(f"{shown} is a directory ({allowed})")
+    if not os.access(path, os.R_OK):
+        raise typer.BadParameter(f"{shown} cannot be read: permission denied ({allowed})")
+    if not os.access(path, os.X_OK):
+        try:
+            empty = not path.read_bytes().strip()
+        except OSError as exc:
+            raise typer.BadParameter(
+                f"{shown} cannot be read: {exc.strerror} ({allowed})"
+            ) from None
+        if empty:
+            raise typer.BadParameter(f"{shown} is empty ({allowed})")
+    return path
+
+
 def out_dir(help_text: str) -> Any:
     """The ``--out DIR`` option, parsed and checked by parse_out_dir."""
     return typer.Option("--out", parser=parse_out_dir, metavar="DIR", help=help_text)

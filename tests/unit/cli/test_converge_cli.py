@@ -145,3 +145,32 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(
     )
     # Nothing ran: no playbook line, no recap.
     assert result.stdout == ""
+
+
+ALLOWED_VAULT = "(allowed: a file holding the vault password, or an executable that prints it)"
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("absent", "'absent': no such file"),
+        ("folder", "'folder' is a directory"),
+        ("empty", "'empty' is empty"),
+    ],
+)
+def test_a_vault_password_file_that_holds_no_password_is_refused_before_the_run(
+    tmp_path: Path, given: str, why: str
+) -> None:
+    _local_site(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty").write_text("\n")
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", "nodes.yml", "--vault-password-file", given,
+        root=ROOT, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.code == 2
+    assert result.stderr.strip() == (
+        f"error: gpuinfra converge: invalid value for '--vault-password-file': {why} "
+        f"{ALLOWED_VAULT} (see gpuinfra converge --help)"
+    )
+    assert result.stdout == ""
