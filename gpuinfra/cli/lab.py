@@ -187,6 +187,8 @@ def converge(
     loaded = site_mod.load_site(site_dir)
     inventory = loaded.inventory or site_dir / "hosts.yml"
     book = runner.find_playbook(playbook)
+    if limit is not None:
+        runner.limited_hosts(inventory, limit)
     # A lab's apt proxy and stand-in repository answer before anything runs on its hosts.
     lab_mod.check_lab_sources(site_dir)
     started = time.monotonic()

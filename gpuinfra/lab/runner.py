@@ -23,10 +23,10 @@ from typing import Any
 
 import ansible_runner
 
-from gpuinfra.errors import Interrupted, UsageError
+from gpuinfra.errors import Interrupted, UsageError, excerpt
 from gpuinfra.lab import aptprogress
 from gpuinfra.paths import repo_root
-from gpuinfra.suggest import did_you_mean
+from gpuinfra.suggest import allowed, did_you_mean
 
 Event = dict[str, Any]
 CHECK_MODULE = "gpu_node_check"
@@ -206,6 +206,41 @@ def find_playbook(name: str | Path, root: Path | None = None) -> Path:
         f"no playbook {name}{did_you_mean(path.name, known)}; "
         f"playbooks/: {', '.join(known) or 'none'}"
     )
+
+
+def limited_hosts(inventory: Path, limit: str) -> list[str]:
+    """The hosts of ``inventory`` that ``--limit`` keeps, as ansible-playbook reads the pattern;
+    a UsageError where it keeps none (ansible-playbook would end with no host to run on, or, for
+    an empty pattern, report success having run nothing)."""
+    from ansible.errors import AnsibleError  # type: ignore[import-untyped]
+    from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
+    from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
+
+    from gpuinfra.loading import display_path
+
+    if not limit.strip():
+        raise UsageError(
+            f"--limit {limit!r}: empty (allowed: a host, a group or an Ansible host pattern)"
+        )
+    # Ansible warns on stderr about each part of the pattern that matches nothing; the one
+    # line below says it instead.
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+        try:
+            manager = InventoryManager(loader=DataLoader(), sources=[str(inventory)])
+            manager.subset(limit)
+            matched = [host.name for host in manager.get_hosts("all")]
+        except AnsibleError as exc:
+            message = " ".join(str(exc.message).split())
+            raise UsageError(f"--limit {excerpt(repr(limit), 60)}: {message}") from None
+    if not matched:
+        hosts = sorted(manager.hosts)
+        groups = sorted(g for g in manager.groups if g not in ("all", "ungrouped"))
+        raise UsageError(
+            f"--limit {excerpt(repr(limit), 60)} matches no host of {display_path(inventory)}"
+            f"{did_you_mean(limit, [*hosts, *groups])} (allowed: a host, a group or an Ansible host pattern; hosts: {allowed(hosts, 8)}; "
+            f"groups: {allowed(groups, 8) if groups else 'none'})"
+        )
+    return matched
 
 
 @contextlib.contextmanager

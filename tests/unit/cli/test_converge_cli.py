@@ -174,3 +174,39 @@ def test_a_vault_password_file_that_holds_no_password_is_refused_before_the_run(
         f"{ALLOWED_VAULT} (see gpuinfra converge --help)"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("limit", "line"),
+    [
+        (
+            "alpah",
+            "--limit 'alpah' matches no host of site/hosts.yml; did you mean 'alpha'? (allowed: a "
+            "host, a group or an Ansible host pattern; hosts: 'alpha' or 'beta'; groups: "
+            "'workers')",
+        ),
+        (
+            "workers:!alpha:!beta",
+            "--limit 'workers:!alpha:!beta' matches no host of site/hosts.yml (allowed: a host, a "
+            "group or an Ansible host pattern; hosts: 'alpha' or 'beta'; groups: 'workers')",
+        ),
+        # ansible-playbook would run nothing and report success.
+        ("", "--limit '': empty (allowed: a host, a group or an Ansible host pattern)"),
+    ],
+    ids=["misspelt", "pattern", "empty"],
+)
+def test_a_limit_that_matches_no_host_is_refused_before_the_run(
+    tmp_path: Path, limit: str, line: str
+) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hosts.yml").write_text(
+        "all:\n  children:\n    workers:\n      hosts:\n"
+        "        alpha: {ansible_connection: local}\n        beta: {ansible_connection: local}\n"
+    )
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", "nodes.yml", "--limit", limit,
+        root=ROOT, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.code == 2
+    assert result.stderr.strip() == f"error: {line}"
+    assert result.stdout == ""
