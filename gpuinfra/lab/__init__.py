@@ -366,6 +366,8 @@ def _image_exists(name: str) -> bool:
         found = subprocess.run(
             ["podman", "image", "exists", name], env=env, timeout=PODMAN_QUERY_S, check=False
         )
+    except FileNotFoundError:
+        raise ToolError("podman is not installed; run scripts/setup.sh") from None
     except subprocess.TimeoutExpired:
         raise ToolError(f"podman image exists did not finish within {PODMAN_QUERY_S} s") from None
     return found.returncode == 0
@@ -788,6 +790,9 @@ def up(
         raise UsageError("a stand-in repository URL needs the fingerprint of its key, and back")
     if not 1 <= count <= 32:
         raise UsageError(f"--hosts {count}: allowed 1-32")
+    # Before the apt proxy starts: a lab without podman would leave it running for nothing.
+    if shutil.which("podman") is None:
+        raise ToolError("podman is not installed; run scripts/setup.sh")
     if os.geteuid() != 0:
         raise UsageError("the lab runs podman as root: run it as root")
     if ensure_proxy(settings.proxy_port):

@@ -255,3 +255,17 @@ def test_a_failed_key_generation_is_one_line(fake_tools: Path, tmp_path: Path) -
     settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
     with pytest.raises(ToolError, match=r"^ssh-keygen failed: Saving key failed: Read-only"):
         lab._ensure_key(settings)
+
+
+def test_lab_up_without_podman_says_so_in_one_line_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No podman on PATH; the apt proxy port is one nothing listens on, so it would be started.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("GPUINFRA_LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(free_port()))
+    result = run_cli("lab", "up", "--prefix", "unitnopodman", "--hosts", "1")
+    assert result.code == 3
+    assert result.stderr.strip() == "error: podman is not installed; run scripts/setup.sh"
+    assert not (tmp_path / "cache").exists()
+    assert not (ROOT / ".lab" / "unitnopodman").exists()
