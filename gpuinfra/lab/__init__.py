@@ -409,7 +409,18 @@ def start_proxy(base: Path, port: int, config: str) -> None:
     binary = shutil.which("apt-cacher-ng") or "/usr/sbin/apt-cacher-ng"
     if not Path(binary).exists():
         raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
-    subprocess.run([binary, "-c", str(base / "conf"), "ForeGround=0"], check=True)
+    started = subprocess.run(
+        [binary, "-c", str(base / "conf"), "ForeGround=0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if started.returncode != 0:
+        said = (started.stderr + started.stdout).strip().splitlines()
+        raise ToolError(
+            f"apt-cacher-ng did not start on 127.0.0.1:{port} (exit {started.returncode}"
+            f"{': ' + said[-1].strip() if said else ''}); its logs are in {base / 'log'}"
+        )
     # It listens before it writes its pid file; the file is how `lab down` finds it to stop it.
     pid_file = base / "run" / "pid"
     _wait_for(

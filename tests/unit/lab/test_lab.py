@@ -269,3 +269,29 @@ def test_lab_up_without_podman_says_so_in_one_line_and_starts_nothing(
     assert result.stderr.strip() == "error: podman is not installed; run scripts/setup.sh"
     assert not (tmp_path / "cache").exists()
     assert not (ROOT / ".lab" / "unitnopodman").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lab up runs as root only")
+def test_an_apt_proxy_that_does_not_start_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # podman is there (never reached); apt-cacher-ng refuses to start.
+    for name, body in (
+        ("podman", "exit 0"),
+        ("apt-cacher-ng", "echo 'Error: cannot bind 127.0.0.1' >&2; exit 1"),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GPUINFRA_LAB_CACHE", str(tmp_path / "cache"))
+    port = free_port()
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(port))
+    result = run_cli("lab", "up", "--prefix", "unitnoproxy", "--hosts", "1")
+    assert result.code == 3
+    assert result.stderr.strip() == (
+        f"error: apt-cacher-ng did not start on 127.0.0.1:{port} (exit 1: Error: cannot bind "
+        f"127.0.0.1); its logs are in {tmp_path}/cache/apt-cacher-ng/log"
+    )
+    assert not (ROOT / ".lab" / "unitnoproxy").exists()
