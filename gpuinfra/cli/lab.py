@@ -26,11 +26,13 @@ lab_app = typer.Typer(help="Local Debian 12 or 13 lab hosts (podman containers b
 
 Prefix = Annotated[
     str | None,
-    typer.Option(help="Lab name prefix [env GPUINFRA_LAB_PREFIX; default gpuinfra-lab]"),
+    typer.Option(help="Lab name prefix (env GPUINFRA_LAB_PREFIX; default gpuinfra-lab)"),
 ]
 PortBase = Annotated[
     int | None,
-    typer.Option(help="Host N listens on 127.0.0.1:BASE+N [env GPUINFRA_LAB_PORT_BASE; 2200]"),
+    typer.Option(
+        help="Host N listens on 127.0.0.1:BASE+N (env GPUINFRA_LAB_PORT_BASE; default 2200)"
+    ),
 ]
 
 _STATUS_STYLE = {
@@ -53,7 +55,7 @@ def lab_up(
         str | None,
         typer.Option(
             help="Debian release of new hosts: bookworm (12) or trixie (13) "
-            "[env GPUINFRA_LAB_SUITE; default bookworm]; running hosts keep theirs"
+            "(env GPUINFRA_LAB_SUITE; default bookworm); running hosts keep theirs"
         ),
     ] = None,
 ) -> None:
@@ -157,7 +159,7 @@ def _cell(value: Any) -> str:
 
 def converge(
     site: Annotated[
-        Path | None, typer.Option(help="Inventory directory [default: the lab's]")
+        Path | None, typer.Option(help="Inventory directory (default: the lab's)")
     ] = None,
     playbook: Annotated[str, typer.Option(help="Playbook under playbooks/")] = "nodes.yml",
     limit: Annotated[str | None, typer.Option(help="Only these hosts (Ansible pattern)")] = None,

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -24,3 +28,26 @@ def test_each_command_is_one_line_in_its_groups_listing(group: str) -> None:
     assert rows, result.output
     continued = [line for line in panel if line.startswith("│" + " " * 8)]
     assert not continued, result.output
+
+
+def _commands(command: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, [*path, name])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [path for path, _ in _commands(typer.main.get_command(app), [])],
+    ids=lambda path: " ".join(path) or "gpuinfra",
+)
+def test_help_shows_bracketed_text_as_written(path: list[str]) -> None:
+    # The help is rich markup: "[env X; default Y]" would be read as a style and dropped.
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+    written = [m for text in texts for m in re.findall(r"\[[^\]\n]*\]", text)]
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"})
+    shown = " ".join(result.output.replace("│", " ").split())
+    assert [m for m in written if " ".join(m.split()) not in shown] == []
