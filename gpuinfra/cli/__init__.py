@@ -91,10 +91,14 @@ def versions_document(v: versions_mod.Versions) -> list[dict[str, str | None]]:
 def versions_show(
     fmt: Annotated[Format, typer.Option("--format", help="table or json")] = Format.table,
 ) -> None:
-    """Print every pinned version and where it comes from."""
+    """Print every pinned version and where it comes from.
+
+    A versions.yaml that breaks a pinning or compatibility rule is refused (exit 2), as every
+    command that reads the pins refuses it, with the lines `versions check` prints.
+    """
     from gpuinfra import versions as versions_mod
 
-    v = versions_mod.load()
+    v = versions_mod.load_checked()
     # A cell folds a long URL over lines, out of the console's reach: redact the rows.
     rows: list[dict[str, str | None]] = secrets.redact(versions_document(v))
     if fmt is Format.json:

@@ -410,3 +410,17 @@ def test_an_invalid_kueue_version_is_not_judged_for_support(tmp_path: Path) -> N
     assert result.code == 1
     assert "error: versions.yaml: kueue.version: 'latest' floats" in result.stderr
     assert "Kueue" not in result.stdout + result.stderr
+
+
+def test_versions_show_refuses_pins_that_break_a_rule_as_check_does(tmp_path: Path) -> None:
+    text = (ROOT / "versions.yaml").read_text()
+    (tmp_path / "versions.yaml").write_text(text.replace('version: "0.19.2"', "version: latest"))
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    checked = run_cli("versions", "check", root=tmp_path)
+    result = run_cli("versions", "show", root=tmp_path)
+    assert result.code == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: versions.yaml: kueue.version: 'latest' floats; pin an exact version"
+    ]
+    assert result.stderr.splitlines()[0] in checked.stderr.splitlines()
