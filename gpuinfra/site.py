@@ -447,14 +447,25 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             f"no site at {display_path(path)}{hint}; sites under inventory/: "
             f"{', '.join(sites) or 'none'}"
         )
-    hosts_file = next(
-        (
-            path / n
-            for n in HOSTS_FILES
-            if is_file(path / n) or is_dir(path / n) or (path / n).is_symlink()
-        ),
-        None,
-    )
+    present = [
+        path / n
+        for n in HOSTS_FILES
+        if is_file(path / n) or is_dir(path / n) or (path / n).is_symlink()
+    ]
+    if len(present) > 1:
+        # Ansible given the directory reads both; converge and this check read one.
+        raise ConfigError(
+            [
+                Problem(
+                    display_path(path),
+                    "",
+                    f"both {' and '.join(p.name for p in present)} in the site directory, and "
+                    "Ansible given the directory would read both (allowed: one of them; merge "
+                    "them into hosts.yml)",
+                )
+            ]
+        )
+    hosts_file = present[0] if present else None
     if hosts_file is None:
         raise ConfigError(
             [

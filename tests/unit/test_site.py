@@ -538,3 +538,17 @@ def test_host_vars_of_localhost_are_the_controllers(tmp_path: Path) -> None:
     loaded = site.load_site(root / "inventory" / "mysite")
     assert addons.settings_from_site(loaded).loki.storage_class == "fast"
     assert all("loki_storage_class" not in host.vars for host in loaded.hosts.values())
+
+
+def test_a_site_with_both_hosts_yml_and_hosts_yaml_is_refused_naming_both(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    shutil.copy(tmp_path / "mysite" / "hosts.yml", tmp_path / "mysite" / "hosts.yaml")
+    before = _tree(tmp_path)
+    result = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: mysite: both hosts.yml and hosts.yaml in the site directory, and Ansible given "
+        "the directory would read both (allowed: one of them; merge them into hosts.yml)"
+    ]
+    assert result.stdout == ""
+    assert _tree(tmp_path) == before
