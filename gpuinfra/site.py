@@ -805,6 +805,18 @@ def vars_files(site: Path) -> Iterator[tuple[str, str, Path]]:
     for kind, folder in (("group", "group_vars"), ("host", "host_vars")):
         base = site / folder
         if not is_dir(base):
+            if is_file(base):
+                # Ansible would skip it without a word, and every variable in it with it.
+                raise ConfigError(
+                    [
+                        Problem(
+                            display_path(base),
+                            "",
+                            f"a file, and Ansible reads {folder} only as a directory (allowed: "
+                            f"a directory of <{kind} name>.yml files or <{kind} name>/ folders)",
+                        )
+                    ]
+                )
             continue
         for entry in list_dir(base):
             if entry.name.startswith(".") or entry.name.endswith("~"):

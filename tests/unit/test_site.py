@@ -552,3 +552,31 @@ def test_a_site_with_both_hosts_yml_and_hosts_yaml_is_refused_naming_both(tmp_pa
     ]
     assert result.stdout == ""
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("folder", ["group_vars", "host_vars"])
+def test_a_vars_folder_written_as_a_file_is_refused(tmp_path: Path, folder: str) -> None:
+    """Ansible skips a group_vars that is a file, and every variable in it."""
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    if folder == "group_vars":
+        shutil.rmtree(tmp_path / "mysite" / "group_vars")
+    (tmp_path / "mysite" / folder).write_text("nvidia_driver_source: distro\n")
+    kind = folder.split("_")[0]
+    result = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: mysite/{folder}: a file, and Ansible reads {folder} only as a directory "
+        f"(allowed: a directory of <{kind} name>.yml files or <{kind} name>/ folders)"
+    ]
+    assert result.stdout == ""
+
+
+def test_group_vars_of_a_group_as_one_file_is_checked(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    (tmp_path / "mysite" / "group_vars" / "gpu_nodes.yml").write_text("nvidia_driver_sorce: x\n")
+    result = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: mysite/group_vars/gpu_nodes.yml: nvidia_driver_sorce: unknown variable of role "
+        "'nvidia_driver'; did you mean 'nvidia_driver_source'?"
+    ]
