@@ -676,16 +676,23 @@ def _check_environment(site: Site) -> list[Problem]:
 
 
 def _check_addresses(site: Site) -> list[Problem]:
-    """A host Ansible must reach needs an address: ``ansible_host`` may not be empty."""
+    """A host Ansible must reach needs an address: ``ansible_host`` may not be empty nor hold
+    whitespace."""
     problems: list[Problem] = []
     for host in site.hosts.values():
         if "ansible_host" not in host.vars:
             continue
         address = host.vars["ansible_host"]
-        if isinstance(address, str) and address.strip():
-            continue
         if isinstance(address, str) and not address.strip():
             message = "an empty address (allowed: a host name or an IP address)"
+        elif isinstance(address, str) and (_templated(address) or address.split() == [address]):
+            continue
+        elif isinstance(address, str):
+            # ssh would be given the name with its spaces, and resolve nothing.
+            message = (
+                f"{excerpt(repr(address))} holds whitespace (allowed: a host name or an IP "
+                "address, without spaces or newlines)"
+            )
         else:
             message = (
                 f"{excerpt(repr(address))} is not an address (allowed: a host name or an IP "

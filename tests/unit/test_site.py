@@ -580,3 +580,23 @@ def test_group_vars_of_a_group_as_one_file_is_checked(tmp_path: Path) -> None:
         "error: mysite/group_vars/gpu_nodes.yml: nvidia_driver_sorce: unknown variable of role "
         "'nvidia_driver'; did you mean 'nvidia_driver_source'?"
     ]
+
+
+@pytest.mark.parametrize(
+    "address", [" 10.0.0.1", "10.0.0.1 ", "10.0.0.1\n", "gpu node 01"], ids=repr
+)
+def test_an_address_with_whitespace_is_refused(tmp_path: Path, address: str) -> None:
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    hosts = tmp_path / "mysite" / "hosts.yml"
+    text = hosts.read_text()
+    hosts.write_text(
+        text.replace(
+            "ansible_host: gpu-node-01.example.internal", f"ansible_host: {address!r}"
+        ).replace("'", '"')
+    )
+    result = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: mysite/hosts.yml: ansible_host: host gpu-node-01: {address!r} holds whitespace "
+        "(allowed: a host name or an IP address, without spaces or newlines)"
+    ]
