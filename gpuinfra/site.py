@@ -495,8 +495,21 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
         )
     if not isinstance(document, dict):
         raise ConfigError([Problem(shown, "", "an inventory must be a mapping of groups")])
+    edges: dict[str, set[str]] = {}
     for group, body in document.items():
-        _walk_group(str(group), body, shown, str(group), hosts, groups, inline, problems, depths)
+        _walk_group(
+            str(group), body, shown, str(group), hosts, groups, inline, problems, depths, (), edges
+        )
+    if loop := _group_loop(edges):
+        problems.append(
+            Problem(
+                shown,
+                "",
+                f"group '{excerpt(loop[0], 40)}' is its own child ("
+                f"{excerpt(' -> '.join(loop), 120)}), and Ansible refuses the whole inventory "
+                "(allowed: children without loops)",
+            )
+        )
     if not hosts and not problems:
         problems.append(
             Problem(shown, "", "the inventory has no hosts (allowed: at least one host)")
@@ -719,7 +732,10 @@ def _walk_group(
     problems: list[Problem],
     depths: dict[str, int],
     parents: tuple[str, ...] = (),
+    edges: dict[str, set[str]] | None = None,
 ) -> None:
+    """Read one group of the inventory into ``hosts`` and ``groups``; ``edges`` gathers each
+    group's children, for the loop check."""
     groups.setdefault(name, [])
     # Ansible's depth of a group: how far below all it stands, by its longest path.
     depth = sum(1 for group in (*parents, name) if group != "all")
@@ -778,6 +794,10 @@ def _walk_group(
         inline.append((name, dict(body["vars"]), None))
     children: dict[Any, Any] = body["children"] if isinstance(body.get("children"), dict) else {}
     for child, child_body in children.items():
+        if edges is not None:
+            edges.setdefault(name, set()).add(str(child))
+        if str(child) in (*parents, name):
+            continue  # a loop, which load_site reports once the whole inventory is read
         _walk_group(
             str(child),
             child_body,
@@ -789,7 +809,26 @@ def _walk_group(
             problems,
             depths,
             (*parents, name),
+            edges,
         )
+
+
+def _group_loop(edges: Mapping[str, Collection[str]]) -> list[str]:
+    """A chain of groups that leads back to its first (``[g, h, g]``), or [] where none does."""
+
+    # Groups whose descendants hold no loop: each is walked once.
+    clear: set[str] = set()
+
+    def walk(chain: list[str]) -> list[str]:
+        for child in sorted(edges.get(chain[-1], ())):
+            if child in chain:
+                return [*chain[chain.index(child) :], child]
+            if child not in clear and (found := walk([*chain, child])):
+                return found
+        clear.add(chain[-1])
+        return []
+
+    return next((loop for group in sorted(edges) if (loop := walk([group]))), [])
 
 
 # An inventory host name: a DNS name, an IPv4 or IPv6 address, or an alias made of the same

@@ -600,3 +600,35 @@ def test_an_address_with_whitespace_is_refused(tmp_path: Path, address: str) -> 
         f"error: mysite/hosts.yml: ansible_host: host gpu-node-01: {address!r} holds whitespace "
         "(allowed: a host name or an IP address, without spaces or newlines)"
     ]
+
+
+LOOPS = {
+    "itself": (
+        "gpu_nodes:\n  hosts: {a: {}}\n  children:\n    gpu_nodes: {}\n",
+        "gpu_nodes -> gpu_nodes",
+    ),
+    "through-another": (
+        "gpu_nodes:\n  hosts: {a: {}}\n  children:\n    racks:\n      children:\n"
+        "        gpu_nodes: {}\n",
+        "gpu_nodes -> racks -> gpu_nodes",
+    ),
+    "across-entries": (
+        "gpu_nodes:\n  hosts: {a: {}}\n  children:\n    racks: {}\nracks:\n  children:\n"
+        "    gpu_nodes: {}\n",
+        "gpu_nodes -> racks -> gpu_nodes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOOPS))
+def test_a_group_that_is_its_own_child_is_refused(tmp_path: Path, case: str) -> None:
+    """Ansible refuses such an inventory whole and runs on the implicit localhost alone."""
+    text, chain = LOOPS[case]
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    (tmp_path / "mysite" / "hosts.yml").write_text(text)
+    result = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: mysite/hosts.yml: group 'gpu_nodes' is its own child ({chain}), and Ansible "
+        "refuses the whole inventory (allowed: children without loops)"
+    ]
