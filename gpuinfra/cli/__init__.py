@@ -28,7 +28,7 @@ from typer._click.exceptions import UsageError as ArgumentError
 
 from gpuinfra import secrets
 from gpuinfra.cli.console import OutputClosed, err, out, say, warn
-from gpuinfra.cli.options import STACK_HELP, AsOf
+from gpuinfra.cli.options import STACK_HELP, AsOf, parse_site
 from gpuinfra.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -180,7 +180,9 @@ def prod_support_problems(
 @config_app.command("check")
 def config_check(
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     as_of: AsOf = None,
 ) -> None:
     """Validate a stack file or a site inventory; exit 2 with one line per problem.

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuinfra.cli.console import say
-from gpuinfra.cli.options import STACK_HELP, out_dir
+from gpuinfra.cli.options import STACK_HELP, out_dir, parse_site
 from gpuinfra.errors import UsageError, excerpt
 
 addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")
@@ -17,7 +17,9 @@ addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply 
 @addons_app.command("render")
 def render(
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     out: Annotated[
         Path | None,
         out_dir(

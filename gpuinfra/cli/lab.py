@@ -16,7 +16,7 @@ from rich.text import Text
 
 from gpuinfra import lab as lab_mod
 from gpuinfra.cli.console import out
-from gpuinfra.cli.options import parse_out_file, parse_vault_password_file
+from gpuinfra.cli.options import parse_out_file, parse_site, parse_vault_password_file
 from gpuinfra.errors import CheckFailed, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -159,7 +159,8 @@ def _cell(value: Any) -> str:
 
 def converge(
     site: Annotated[
-        Path | None, typer.Option(help="Inventory directory (default: the lab's)")
+        Path | None,
+        typer.Option(parser=parse_site, help="Inventory directory (default: the lab's)"),
     ] = None,
     playbook: Annotated[str, typer.Option(help="Playbook under playbooks/")] = "nodes.yml",
     limit: Annotated[str | None, typer.Option(help="Only these hosts (Ansible pattern)")] = None,

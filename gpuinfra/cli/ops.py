@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from gpuinfra.cli.console import emit, out, warn
+from gpuinfra.cli.options import parse_site
 from gpuinfra.errors import UsageError
 
 report_app = typer.Typer(help="Reports read from a running cluster's Prometheus.")
@@ -174,7 +175,8 @@ def doctor(
         str | None, typer.Option(help="The stack that declares the cluster: dev, staging, prod")
     ] = None,
     site: Annotated[
-        Path | None, typer.Option(help="The site inventory that declares the cluster")
+        Path | None,
+        typer.Option(parser=parse_site, help="The site inventory that declares the cluster"),
     ] = None,
     fmt: Annotated[DoctorFormat, typer.Option("--format", help="table or json")] = (
         DoctorFormat.table

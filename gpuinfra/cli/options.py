@@ -59,6 +59,17 @@ def parse_out_dir(value: str) -> Path:
     return path
 
 
+def parse_site(value: str) -> Path:
+    """``--site DIR``. An empty value (an unset shell variable) would be the current
+    directory, read as a site without a word: it is refused."""
+    if not value.strip():
+        raise typer.BadParameter(
+            f"{excerpt(repr(value), 40)} is empty (allowed: a site inventory directory, e.g. "
+            "inventory/example)"
+        )
+    return Path(value)
+
+
 def parse_out_file(value: str) -> Path:
     """An option naming one file a command writes when it is done (``converge --report-json``):
     refused before the command starts, so that a long run does not end on a path it cannot

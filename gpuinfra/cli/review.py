@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra.cli.console import emit, render_text, warning
-from gpuinfra.cli.options import STACK_HELP, AsOf
+from gpuinfra.cli.options import STACK_HELP, AsOf, parse_site
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -145,7 +145,8 @@ def register(app: typer.Typer) -> None:
     def plan(
         stack: StackOption = None,
         site: Annotated[
-            Path | None, typer.Option("--site", help="A site inventory directory")
+            Path | None,
+            typer.Option("--site", parser=parse_site, help="A site inventory directory"),
         ] = None,
         fmt: FormatOption = ReviewFormat.table,
         out: OutOption = None,

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from gpuinfra.cli.console import out, say
-from gpuinfra.cli.options import STACK_HELP
+from gpuinfra.cli.options import STACK_HELP, parse_site
 from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -154,7 +154,9 @@ def tune(
     model: Annotated[str, typer.Option(help="The model's name in the stack or site")],
     p99_ms: Annotated[str, typer.Option("--p99-ms", help="SLA: P99 latency bound (ms)")],
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     min_throughput: Annotated[
         str | None, typer.Option(help="SLA: least inferences/s at the highest concurrency")
     ] = None,
@@ -298,7 +300,9 @@ def canary(
         typer.Argument(help="Percent of the group's traffic the canary gets, 0 to 100"),
     ] = None,
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     remove: Annotated[
         bool, typer.Option("--remove", help="Roll back: delete the canary and its pods")
     ] = False,
@@ -387,7 +391,9 @@ def verify(
         ),
     ],
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     group: Annotated[
         str | None,
         typer.Option(help="The Deployment checked: triton-<group> or triton-<group>-canary"),
@@ -436,7 +442,9 @@ def verify(
 @triton_app.command("repository")
 def repository(
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
-    site: Annotated[Path | None, typer.Option(help="A site inventory directory")] = None,
+    site: Annotated[
+        Path | None, typer.Option(parser=parse_site, help="A site inventory directory")
+    ] = None,
     endpoint_url: Annotated[
         str | None, typer.Option(help="An S3-compatible endpoint instead of AWS's")
     ] = None,

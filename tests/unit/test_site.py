@@ -8,13 +8,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from gpuinfra import addons, site
 from gpuinfra.errors import ConfigError, UsageError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main
 
 SPECS = {
     "argument_specs": {
@@ -632,3 +633,46 @@ def test_a_group_that_is_its_own_child_is_refused(tmp_path: Path, case: str) -> 
         f"error: mysite/hosts.yml: group 'gpu_nodes' is its own child ({chain}), and Ansible "
         "refuses the whole inventory (allowed: children without loops)"
     ]
+
+
+def _site_commands() -> list[list[str]]:
+    import typer
+
+    from gpuinfra.cli import app
+
+    found = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        if any("--site" in getattr(p, "opts", ()) for p in command.params):
+            found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+@pytest.mark.parametrize("command", _site_commands(), ids=" ".join)
+def test_an_empty_site_option_is_refused_not_read_as_the_current_directory(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    # An unset shell variable, given where the user stands in a site of their own.
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    monkeypatch.chdir(tmp_path / "mysite")
+    monkeypatch.setenv("GPUINFRA_ROOT", str(ROOT))
+    required = {"diff": ["--base", "HEAD"]}.get(command[0], [])
+    code, out, err = run_main(capsys, *command, *required, "--site", "")
+    name = " ".join(["gpuinfra", *command])
+    expected = (
+        f"error: {name}: invalid value for '--site': '' is empty (allowed: a site inventory "
+        f"directory, e.g. inventory/example) (see {name} --help)"
+    )
+    if command == ["diff"]:  # diff takes a site by name
+        expected = (
+            "error: --site '': not a site name (allowed: a directory name under inventory/, at "
+            "most 255 bytes)"
+        )
+    assert (code, out, err.splitlines()) == (2, "", [expected])
