@@ -184,6 +184,7 @@ def converge(
     """Run a playbook on a site with a live view; end with the recap and node check tables."""
     from gpuinfra import site as site_mod
     from gpuinfra.lab import runner
+    from gpuinfra.loading import display_path
 
     site_dir = site or lab_mod.Settings.from_env().inventory_dir
     # A bad inventory value stops here, before any host is touched.
@@ -233,8 +234,13 @@ def converge(
             ) from None
     out.print(f"converge: {result.status} in {time.monotonic() - started:.0f}s")
     if not result.ok:
+        why = result.stopped_why()
         lines = [str(f) for f in result.failures] or [
-            f"ansible-playbook ended {result.status} (rc {result.rc}); "
+            f"ansible-playbook stopped: {why if len(why) <= 200 else why[:197] + '...'}; "
+            "output in "
+            f"{display_path(result.artifact_dir)}"
+            if why
+            else f"ansible-playbook ended {result.status} (rc {result.rc}); "
             f"events in {result.artifact_dir}"
         ]
         raise CheckFailed(lines)

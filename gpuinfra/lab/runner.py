@@ -192,6 +192,23 @@ class RunResult:
     def failed_hosts(self) -> set[str]:
         return {h for h, c in self.recap.items() if c["failures"] or c["dark"]}
 
+    def stopped_why(self) -> str:
+        """Why ansible-playbook stopped before any host failed (a playbook or inventory it
+        refused, a vault it could not open), as its first error says; '' where it says none."""
+        try:
+            lines = (self.artifact_dir / "stdout").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        for index, line in enumerate(lines):
+            for prefix in ("[ERROR]: ", "ERROR! "):
+                if line.startswith(prefix):
+                    why = " ".join(line.removeprefix(prefix).split())
+                    after = lines[index + 1] if index + 1 < len(lines) else ""
+                    if after.startswith("Origin: "):
+                        why = f"{after.removeprefix('Origin: ').strip()}: {why}"
+                    return why
+        return ""
+
 
 def find_playbook(name: str | Path, root: Path | None = None) -> Path:
     """A playbook by path, or by name under playbooks/; a UsageError lists the known ones."""

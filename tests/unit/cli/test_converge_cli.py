@@ -210,3 +210,20 @@ def test_a_limit_that_matches_no_host_is_refused_before_the_run(
     assert result.code == 2
     assert result.stderr.strip() == f"error: {line}"
     assert result.stdout == ""
+
+
+def test_a_playbook_ansible_refuses_ends_with_its_reason(tmp_path: Path) -> None:
+    _local_site(tmp_path)
+    (tmp_path / "play.yml").write_text(
+        "- name: A play\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Misspelt\n      ansible.builtin.pnig: {}\n"
+    )
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"),
+        root=ROOT, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.code == 1
+    last = result.stderr.strip().splitlines()[-1]
+    why = f"{tmp_path / 'play.yml'}:5:7: couldn't resolve module/action 'ansible.builtin.pnig'."
+    assert last.startswith(f"error: ansible-playbook stopped: {why}"), last
+    assert "; output in .lab/runner/" in last
