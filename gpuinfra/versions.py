@@ -10,12 +10,12 @@ import re
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpuinfra import inputs
-from gpuinfra.errors import ConfigError, Problem
+from gpuinfra.errors import ConfigError, Problem, excerpt
 from gpuinfra.loading import display_path, load_yaml, validate
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import did_you_mean
@@ -35,6 +35,26 @@ _SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_surrounding_whitespace(cls, value: Any, info: ValidationInfo) -> Any:
+        """A pin reaches apt, helm and image references as written, and the roles read this
+        file themselves: "1.20.0 " or a block scalar's trailing newline is no version they
+        know, so it is refused rather than trimmed here alone."""
+        if info.field_name == "note":
+            return value
+        if isinstance(value, dict):
+            items = list(value.values())
+        else:
+            items = list(value) if isinstance(value, tuple | list) else [value]
+        for item in items:
+            if isinstance(item, str) and item != item.strip():
+                raise ValueError(
+                    f"{excerpt(repr(item), 60)} has leading or trailing whitespace (allowed: "
+                    "the value alone, without spaces or newlines around it)"
+                )
+        return value
 
 
 class SigningKey(Strict):

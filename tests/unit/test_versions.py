@@ -424,3 +424,31 @@ def test_versions_show_refuses_pins_that_break_a_rule_as_check_does(tmp_path: Pa
         "error: versions.yaml: kueue.version: 'latest' floats; pin an exact version"
     ]
     assert result.stderr.splitlines()[0] in checked.stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "shown"),
+    [
+        ('version: "535.261.03"', 'version: "535.261.03 "', "nvidia_driver.distro.version",
+         "'535.261.03 '"),
+        ('package_version: "580.159.04-1"', 'package_version: "580.159.04-1\\n"',
+         "nvidia_driver.cuda_repo.source.package_version", "'580.159.04-1\\n'"),
+        ("nvidia-kernel-dkms, nvidia-smi,", 'nvidia-kernel-dkms, " nvidia-smi",',
+         "nvidia_driver.distro.source.packages", "' nvidia-smi'"),
+        ('toolkit: "v1.20.0"', 'toolkit: " v1.20.0"', "gpu_operator.operands", "' v1.20.0'"),
+    ],
+)  # fmt: skip
+def test_a_value_with_whitespace_around_it_is_refused(
+    tmp_path: Path, old: str, new: str, key: str, shown: str
+) -> None:
+    text = (ROOT / "versions.yaml").read_text()
+    assert old in text
+    (tmp_path / "versions.yaml").write_text(text.replace(old, new, 1))
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    for command in ("check", "show"):
+        result = run_cli("versions", command, root=tmp_path)
+        assert result.code == 2
+        assert result.stderr.splitlines() == [
+            f"error: versions.yaml: {key}: {shown} has leading or trailing whitespace (allowed: "
+            "the value alone, without spaces or newlines around it)"
+        ]
