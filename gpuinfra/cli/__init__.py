@@ -132,9 +132,11 @@ def versions_check(
     ] = None,
     as_of: AsOf = None,
 ) -> None:
-    """Check pins, compatibility rules, schemas per chart and support windows.
+    """Check versions.yaml: pins, compatibility rules, chart schemas and support windows.
 
-    Exit 1 with one line per problem.
+    Exit 1 with one line per broken rule; exit 2 where the file itself is malformed (an unknown
+    key, a wrong type). A support window that has ended, or ends soon, is a warning; with
+    --environment prod an ended one is an error.
     """
     from gpuinfra import chartdata, support
     from gpuinfra import versions as versions_mod

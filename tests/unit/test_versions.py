@@ -452,3 +452,13 @@ def test_a_value_with_whitespace_around_it_is_refused(
             f"error: versions.yaml: {key}: {shown} has leading or trailing whitespace (allowed: "
             "the value alone, without spaces or newlines around it)"
         ]
+
+
+def test_versions_check_help_names_both_exit_codes_it_uses() -> None:
+    result = run_cli("versions", "check", "--help")
+    assert result.code == 0
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert (
+        "Exit 1 with one line per broken rule; exit 2 where the file itself is malformed (an "
+        "unknown key, a wrong type)."
+    ) in text
