@@ -186,7 +186,14 @@ def converge(
     from gpuinfra.lab import runner
     from gpuinfra.loading import display_path
 
-    site_dir = site or lab_mod.Settings.from_env().inventory_dir
+    if site is None:
+        lab = lab_mod.Settings.from_env()
+        if not lab.hosts_file.exists():
+            raise UsageError(
+                f"lab {lab.prefix} has no hosts ({display_path(lab.hosts_file)} is not written); "
+                "start them with `gpuinfra lab up`, or give --site DIR"
+            )
+    site_dir = site or lab.inventory_dir
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
     inventory = loaded.inventory or site_dir / "hosts.yml"

@@ -227,3 +227,16 @@ def test_a_playbook_ansible_refuses_ends_with_its_reason(tmp_path: Path) -> None
     why = f"{tmp_path / 'play.yml'}:5:7: couldn't resolve module/action 'ansible.builtin.pnig'."
     assert last.startswith(f"error: ansible-playbook stopped: {why}"), last
     assert "; output in .lab/runner/" in last
+
+
+def test_converge_of_a_lab_that_has_no_hosts_says_to_start_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPUINFRA_LAB_PREFIX", "unitnolab")
+    result = run_cli("converge", root=ROOT)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: lab unitnolab has no hosts (.lab/unitnolab/inventory/hosts.yml is not written); "
+        "start them with `gpuinfra lab up`, or give --site DIR"
+    ]
+    assert result.stdout == ""
