@@ -220,8 +220,9 @@ def find_playbook(name: str | Path, root: Path | None = None) -> Path:
             return candidate.resolve()
     known = sorted(p.name for p in (root / "playbooks").glob("*.yml"))
     raise UsageError(
-        f"no playbook {name}{did_you_mean(path.name, known)}; "
-        f"playbooks/: {', '.join(known) or 'none'}"
+        f"--playbook {excerpt(repr(str(name)), 80)}: no such playbook"
+        f"{did_you_mean(path.name, known) if str(name).strip() else ''} (allowed: a playbook "
+        f"file, or a name under playbooks/: {', '.join(known) or 'none'})"
     )
 
 

@@ -240,3 +240,20 @@ def test_converge_of_a_lab_that_has_no_hosts_says_to_start_it(
         "start them with `gpuinfra lab up`, or give --site DIR"
     ]
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"), [("", ""), ("node.yml", "; did you mean 'nodes.yml'?"), ("playbooks", "")]
+)
+def test_a_playbook_that_is_not_there_is_refused_naming_the_option(
+    tmp_path: Path, given: str, hint: str
+) -> None:
+    _local_site(tmp_path)
+    result = run_cli("converge", "--site", "site", "--playbook", given, root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    known = ", ".join(sorted(p.name for p in (ROOT / "playbooks").glob("*.yml")))
+    assert result.stderr.splitlines() == [
+        f"error: --playbook {given!r}: no such playbook{hint} (allowed: a playbook file, or a "
+        f"name under playbooks/: {known})"
+    ]
+    assert result.stdout == ""
