@@ -493,6 +493,18 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 )
             ]
         )
+    if isinstance(document, str) and document.startswith("$ANSIBLE_VAULT;"):
+        raise ConfigError(
+            [
+                Problem(
+                    shown,
+                    "",
+                    "encrypted whole with ansible-vault, so its hosts cannot be checked (allowed: "
+                    "a plain inventory with secret values encrypted one by one, "
+                    "`ansible-vault encrypt_string`)",
+                )
+            ]
+        )
     if not isinstance(document, dict):
         raise ConfigError([Problem(shown, "", "an inventory must be a mapping of groups")])
     edges: dict[str, set[str]] = {}

@@ -95,3 +95,21 @@ def test_converge_decrypts_with_the_vault_password_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.code == 0, result.stdout + result.stderr
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_an_inventory_encrypted_whole_is_refused_saying_to_encrypt_values(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    _, password = encrypt(tmp_path, "unused", SECRET)
+    subprocess.run(
+        [str(BIN / "ansible-vault"), "encrypt", "--vault-password-file", str(password),
+         str(site / "hosts.yml")],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    result = run_cli("config", "check", "--site", "site", root=ROOT, cwd=tmp_path)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: site/hosts.yml: encrypted whole with ansible-vault, so its hosts cannot be "
+        "checked (allowed: a plain inventory with secret values encrypted one by one, "
+        "`ansible-vault encrypt_string`)"
+    ]
