@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +17,12 @@ from rich.text import Text
 
 from gpuinfra import lab as lab_mod
 from gpuinfra.cli.console import out
-from gpuinfra.cli.options import parse_out_file, parse_site, parse_vault_password_file
+from gpuinfra.cli.options import (
+    parse_out_file,
+    parse_site,
+    parse_vault_password_file,
+    vault_password_problem,
+)
 from gpuinfra.errors import CheckFailed, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -198,6 +204,10 @@ def converge(
     loaded = site_mod.load_site(site_dir)
     inventory = loaded.inventory or site_dir / "hosts.yml"
     book = runner.find_playbook(playbook)
+    # ansible-playbook reads this one too, beside --vault-password-file.
+    from_env = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
+    if from_env is not None and (why := vault_password_problem(from_env)):
+        raise UsageError(f"ANSIBLE_VAULT_PASSWORD_FILE {why}")
     if limit is not None:
         runner.limited_hosts(inventory, limit)
     # A lab's apt proxy and stand-in repository answer before anything runs on its hosts.

@@ -90,28 +90,33 @@ def parse_out_file(value: str) -> Path:
     return path
 
 
-def parse_vault_password_file(value: str) -> Path:
-    """``--vault-password-file``: a readable file holding the password, or a script that prints
-    it (as ansible-playbook takes it). Refused before any host is touched."""
+def vault_password_problem(value: str) -> str:
+    """Why ``value`` names no vault password ansible-playbook can read: not a readable file
+    holding one, nor a script that prints it ('' when it does)."""
     allowed = "allowed: a file holding the vault password, or an executable that prints it"
     shown = excerpt(repr(value), 60)
     path = Path(value)
     if not value.strip() or not path.exists():
-        raise typer.BadParameter(f"{shown}: no such file ({allowed})")
+        return f"{shown}: no such file ({allowed})"
     if path.is_dir():
-        raise typer.BadParameter(f"{shown} is a directory ({allowed})")
+        return f"{shown} is a directory ({allowed})"
     if not os.access(path, os.R_OK):
-        raise typer.BadParameter(f"{shown} cannot be read: permission denied ({allowed})")
+        return f"{shown} cannot be read: permission denied ({allowed})"
     if not os.access(path, os.X_OK):
         try:
             empty = not path.read_bytes().strip()
         except OSError as exc:
-            raise typer.BadParameter(
-                f"{shown} cannot be read: {exc.strerror} ({allowed})"
-            ) from None
+            return f"{shown} cannot be read: {exc.strerror} ({allowed})"
         if empty:
-            raise typer.BadParameter(f"{shown} is empty ({allowed})")
-    return path
+            return f"{shown} is empty ({allowed})"
+    return ""
+
+
+def parse_vault_password_file(value: str) -> Path:
+    """``--vault-password-file``, refused before any host is touched."""
+    if why := vault_password_problem(value):
+        raise typer.BadParameter(why)
+    return Path(value)
 
 
 def out_dir(help_text: str) -> Any:

@@ -257,3 +257,18 @@ def test_a_playbook_that_is_not_there_is_refused_naming_the_option(
         f"name under playbooks/: {known})"
     ]
     assert result.stdout == ""
+
+
+def test_a_vault_password_file_from_the_environment_is_checked_as_the_option_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _local_site(tmp_path)
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", "absent")
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", "nodes.yml", root=ROOT, cwd=tmp_path
+    )
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: ANSIBLE_VAULT_PASSWORD_FILE 'absent': no such file {ALLOWED_VAULT}"
+    ]
+    assert result.stdout == ""
