@@ -217,7 +217,8 @@ def config_check(
             containerd_sources=checked.site.containerd_sources(),
         ):
             raise CheckFailed(problems)
-        out.print(f"site {checked.site.name}: valid ({len(checked.site.hosts)} hosts)")
+        count = len(checked.site.hosts)
+        out.print(f"site {checked.site.name}: valid ({count} host{'' if count == 1 else 's'})")
 
 
 def _register_command_groups() -> None:

@@ -208,12 +208,13 @@ def converge(
     from_env = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
     if from_env is not None and (why := vault_password_problem(from_env)):
         raise UsageError(f"ANSIBLE_VAULT_PASSWORD_FILE {why}")
-    if limit is not None:
-        runner.limited_hosts(inventory, limit)
+    targets = list(loaded.hosts) if limit is None else runner.limited_hosts(inventory, limit)
     # A lab's apt proxy and stand-in repository answer before anything runs on its hosts.
     lab_mod.check_lab_sources(site_dir)
     started = time.monotonic()
-    out.print(f"converge: {book.name} on {loaded.name} ({len(loaded.hosts)} hosts)")
+    count = f"{len(targets)} of {len(loaded.hosts)}" if limit is not None else len(targets)
+    hosts = "host" if count == 1 else "hosts"
+    out.print(f"converge: {book.name} on {loaded.name} ({count} {hosts})")
     if out.is_terminal:
         live = Live(console=out, refresh_per_second=4, transient=False)
         with live:

@@ -676,3 +676,18 @@ def test_an_empty_site_option_is_refused_not_read_as_the_current_directory(
             "most 255 bytes)"
         )
     assert (code, out, err.splitlines()) == (2, "", [expected])
+
+
+def test_config_check_counts_one_host_as_one(tmp_path: Path) -> None:
+    from gpuinfra import lab
+
+    shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
+    shared_vars.parent.mkdir(parents=True)
+    shared_vars.symlink_to(ROOT / "inventory" / "lab" / "group_vars")
+    settings = lab.Settings(prefix="unit", port_base=2600, root=tmp_path)
+    path = lab.write_inventory(
+        settings, [lab.Host("unit-1", 2601, "running")], "http://127.0.0.1:8000/", "AB" * 20
+    )
+    result = run_cli("config", "check", "--site", str(path.parent), root=ROOT)
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "site inventory: valid (1 host)"

@@ -272,3 +272,39 @@ def test_a_vault_password_file_from_the_environment_is_checked_as_the_option_is(
         f"error: ANSIBLE_VAULT_PASSWORD_FILE 'absent': no such file {ALLOWED_VAULT}"
     ]
     assert result.stdout == ""
+
+
+PING = """
+- name: Ping
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+@pytest.mark.parametrize(
+    ("limit", "line"),
+    [
+        (None, "converge: play.yml on site (2 hosts)"),
+        ("beta", "converge: play.yml on site (1 of 2 hosts)"),
+    ],
+)
+def test_converge_says_how_many_hosts_it_runs_on(
+    tmp_path: Path, limit: str | None, line: str
+) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hosts.yml").write_text(
+        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
+        "    beta: {ansible_connection: local}\n"
+        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
+    )
+    (tmp_path / "play.yml").write_text(PING)
+    limited = ["--limit", limit] if limit else []
+    result = run_cli(
+        "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"), *limited,
+        root=ROOT, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == line
