@@ -801,9 +801,10 @@ def up(
         raise UsageError("a stand-in repository URL needs the fingerprint of its key, and back")
     if not 1 <= count <= 32:
         raise UsageError(f"--hosts {count}: allowed 1-32")
-    # Before the apt proxy starts: a lab without podman would leave it running for nothing.
-    if shutil.which("podman") is None:
-        raise ToolError("podman is not installed; run scripts/setup.sh")
+    # Before the apt proxy starts: a lab without them would leave it running for nothing.
+    for tool in ("podman", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            raise ToolError(f"{tool} is not installed; run scripts/setup.sh")
     if os.geteuid() != 0:
         raise UsageError("the lab runs podman as root: run it as root")
     if ensure_proxy(settings.proxy_port):

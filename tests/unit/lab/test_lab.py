@@ -257,23 +257,31 @@ def test_a_failed_key_generation_is_one_line(fake_tools: Path, tmp_path: Path) -
         lab._ensure_key(settings)
 
 
-def test_lab_up_without_podman_says_so_in_one_line_and_starts_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("present", "missing"),
+    [((), "podman"), (("podman",), "ssh"), (("podman", "ssh"), "ssh-keygen")],
+)
+def test_lab_up_without_a_tool_it_needs_says_so_in_one_line_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, present: tuple[str, ...], missing: str
 ) -> None:
-    # No podman on PATH; the apt proxy port is one nothing listens on, so it would be started.
+    # Only ``present`` on PATH; the apt proxy port is one nothing listens on, so it would be
+    # started.
+    for name in present:
+        (tmp_path / name).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / name).chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("GPUINFRA_LAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(free_port()))
     result = run_cli("lab", "up", "--prefix", "unitnopodman", "--hosts", "1")
     assert result.code == 3
-    assert result.stderr.strip() == "error: podman is not installed; run scripts/setup.sh"
+    assert result.stderr.strip() == f"error: {missing} is not installed; run scripts/setup.sh"
     assert not (tmp_path / "cache").exists()
     assert not (ROOT / ".lab" / "unitnopodman").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="lab up runs as root only")
 def test_an_apt_proxy_that_does_not_start_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -286,7 +294,8 @@ def test_an_apt_proxy_that_does_not_start_is_one_line(
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("GPUINFRA_LAB_CACHE", str(tmp_path / "cache"))
-    port = free_port()
+    # Nothing answers there, so the lab starts its proxy.
+    port = closed_port
     monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(port))
     result = run_cli("lab", "up", "--prefix", "unitnoproxy", "--hosts", "1")
     assert result.code == 3
