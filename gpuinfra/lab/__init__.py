@@ -409,6 +409,9 @@ def start_proxy(base: Path, port: int, config: str) -> None:
     binary = shutil.which("apt-cacher-ng") or "/usr/sbin/apt-cacher-ng"
     if not Path(binary).exists():
         raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
+    # One a proxy that is gone left behind would pass for the new one's.
+    pid_file = base / "run" / "pid"
+    pid_file.unlink(missing_ok=True)
     started = subprocess.run(
         [binary, "-c", str(base / "conf"), "ForeGround=0"],
         capture_output=True,
@@ -422,7 +425,6 @@ def start_proxy(base: Path, port: int, config: str) -> None:
             f"{': ' + said[-1].strip() if said else ''}); its logs are in {base / 'log'}"
         )
     # It listens before it writes its pid file; the file is how `lab down` finds it to stop it.
-    pid_file = base / "run" / "pid"
     _wait_for(
         lambda: _listening(port) and _read_pid(pid_file) is not None,
         20,
