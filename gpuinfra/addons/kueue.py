@@ -123,8 +123,8 @@ class KueueSettings(AddonSettings):
         description="Quota per GPU type, each a mapping: gpu_type (the gpuinfra.dev/gpu-type node "
         "label value), gpus, cpu, memory, gpu_borrowing_limit (optional), mig_slices (optional: "
         "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb), efa_interfaces "
-        "(optional: quota of vpc.amazonaws.com/efa; a Job asking for EFA is admitted only "
-        "where some flavor has it).",
+        "(optional: the quota of EFA interfaces; a Job asking for EFA is admitted only where "
+        "some flavor has it).",
     )
     teams: list[Team] = Field(
         default_factory=list,
