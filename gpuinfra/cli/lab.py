@@ -77,7 +77,7 @@ def lab_up(
 @lab_app.command("down")
 def lab_down(prefix: Prefix = None, port_base: PortBase = None) -> None:
     """Remove the lab's containers, repository server and generated inventory."""
-    settings = lab_mod.Settings.from_env(prefix, port_base)
+    settings = lab_mod.Settings.from_env(prefix, port_base, builds=False)
     removed = lab_mod.down(settings)
     out.print(f"lab: removed {', '.join(removed) if removed else 'nothing (no hosts)'}")
 
@@ -85,7 +85,7 @@ def lab_down(prefix: Prefix = None, port_base: PortBase = None) -> None:
 @lab_app.command("status")
 def lab_status(prefix: Prefix = None, port_base: PortBase = None) -> None:
     """List the lab's hosts, their state and SSH port."""
-    settings = lab_mod.Settings.from_env(prefix, port_base)
+    settings = lab_mod.Settings.from_env(prefix, port_base, builds=False)
     table = Table(title=f"lab {settings.prefix}")
     for column in ("host", "state", "ssh"):
         table.add_column(column)

@@ -136,12 +136,19 @@ class Settings:
 
     @classmethod
     def from_env(
-        cls, prefix: str | None = None, port_base: int | None = None, suite: str | None = None
+        cls,
+        prefix: str | None = None,
+        port_base: int | None = None,
+        suite: str | None = None,
+        *,
+        builds: bool = True,
     ) -> Settings:
         """Options first, then GPUINFRA_LAB_PREFIX / _PORT_BASE / _SUITE / GPUINFRA_APT_PROXY_PORT.
 
         An option given empty or out of range is an error naming it, never the default: a
-        ``lab down --prefix ''`` must not act on the default lab.
+        ``lab down --prefix ''`` must not act on the default lab. The suite is read only by
+        what ``builds`` hosts: a GPUINFRA_LAB_SUITE left over in the shell does not stop
+        ``lab status`` or ``lab down``.
         """
         if prefix is not None:
             where = "--prefix"
@@ -169,7 +176,7 @@ class Settings:
             base = _env_int("GPUINFRA_LAB_PORT_BASE", DEFAULT_PORT_BASE)
         suite_where = "--suite" if suite is not None else "GPUINFRA_LAB_SUITE"
         if suite is None:
-            suite = os.environ.get("GPUINFRA_LAB_SUITE", SUITE)
+            suite = os.environ.get("GPUINFRA_LAB_SUITE", SUITE) if builds else SUITE
         if suite not in SUITES:
             raise UsageError(
                 f"{suite_where} {suite[:40]!r}: allowed "

@@ -46,6 +46,18 @@ def test_the_suite_comes_from_the_option_then_the_environment(
     )
 
 
+@pytest.mark.parametrize("command", ["status", "down"])
+def test_lab_status_and_down_do_not_read_the_suite(command: str, tmp_path: Path) -> None:
+    # The suite says what lab up builds; a value left in the shell must not block a teardown.
+    env = {**os.environ, "GPUINFRA_LAB_SUITE": "sid", "GPUINFRA_LAB_PREFIX": "unit-suite"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuinfra", "lab", command],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "unit-suite" in result.stdout or "nothing (no hosts)" in result.stdout
+
+
 def test_a_trixie_host_gets_deb822_sources_and_an_image_of_its_own() -> None:
     where, text = lab.apt_sources("trixie")
     assert where == "etc/apt/sources.list.d/debian.sources"
