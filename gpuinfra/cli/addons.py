@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuinfra.cli.console import say
-from gpuinfra.cli.options import STACK_HELP, out_dir, parse_site
+from gpuinfra.cli.options import STACK_HELP, given_path, out_dir, parse_site
 from gpuinfra.errors import UsageError, excerpt
 
 addons_app = typer.Typer(help="In-cluster add-ons, as both delivery paths apply them.")
@@ -58,13 +58,8 @@ def render(
 
 
 def _roles_option(value: str) -> Path:
-    """``--roles``: an empty value (an unset shell variable) would mean the current directory."""
-    if not value.strip():
-        raise typer.BadParameter(
-            f"{excerpt(repr(value), 40)} is empty (allowed: a roles directory holding the add-on "
-            "roles, e.g. roles)"
-        )
-    return Path(value)
+    """``--roles DIR``, not empty."""
+    return given_path(value, "a roles directory holding the add-on roles, e.g. roles")
 
 
 @addons_app.command("role-files")

@@ -199,7 +199,9 @@ def converge(
                 f"lab {lab.prefix} has no hosts ({display_path(lab.hosts_file)} is not written); "
                 "start them with `gpuinfra lab up`, or give --site DIR"
             )
-    site_dir = site or lab.inventory_dir
+        site_dir = lab.inventory_dir
+    else:
+        site_dir = site
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
     inventory = loaded.inventory or site_dir / "hosts.yml"
@@ -252,16 +254,19 @@ def converge(
             ) from None
     out.print(f"converge: {result.status} in {time.monotonic() - started:.0f}s")
     if not result.ok:
-        why = result.stopped_why()
-        lines = [str(f) for f in result.failures] or [
-            f"ansible-playbook stopped: {why if len(why) <= 200 else why[:197] + '...'}; "
-            "output in "
-            f"{display_path(result.artifact_dir)}"
-            if why
-            else f"ansible-playbook ended {result.status} (rc {result.rc}); "
-            f"events in {result.artifact_dir}"
-        ]
-        raise CheckFailed(lines)
+        if result.failures:
+            raise CheckFailed([str(f) for f in result.failures])
+        if why := result.stopped_why():
+            said = why if len(why) <= 200 else why[:197] + "..."
+            raise CheckFailed(
+                [f"ansible-playbook stopped: {said}; output in {display_path(result.artifact_dir)}"]
+            )
+        raise CheckFailed(
+            [
+                f"ansible-playbook ended {result.status} (rc {result.rc}); "
+                f"events in {result.artifact_dir}"
+            ]
+        )
 
 
 def _log_line(

@@ -59,15 +59,17 @@ def parse_out_dir(value: str) -> Path:
     return path
 
 
-def parse_site(value: str) -> Path:
-    """``--site DIR``. An empty value (an unset shell variable) would be the current
-    directory, read as a site without a word: it is refused."""
+def given_path(value: str, allowed: str) -> Path:
+    """A path option's value. An empty one (an unset shell variable) would be the current
+    directory, read without a word: it is refused, saying what is ``allowed``."""
     if not value.strip():
-        raise typer.BadParameter(
-            f"{excerpt(repr(value), 40)} is empty (allowed: a site inventory directory, e.g. "
-            "inventory/example)"
-        )
+        raise typer.BadParameter(f"{excerpt(repr(value), 40)} is empty (allowed: {allowed})")
     return Path(value)
+
+
+def parse_site(value: str) -> Path:
+    """``--site DIR``, not empty."""
+    return given_path(value, "a site inventory directory, e.g. inventory/example")
 
 
 def parse_out_file(value: str) -> Path:

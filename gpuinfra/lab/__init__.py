@@ -260,21 +260,29 @@ SSH_PROBE_S = 15.0
 
 def podman(*args: str, check: bool = True, timeout: float = 600) -> str:
     """Run podman as the lab needs it (runc, cgroupfs, the project's containers.conf)."""
+    proc = _podman_run(args, timeout, args[0])
+    if check and proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise ToolError(f"podman {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+    return proc.stdout
+
+
+def _podman_run(
+    args: tuple[str, ...], timeout: float, what: str
+) -> subprocess.CompletedProcess[str]:
+    """podman ``args``, its exit status left to the caller; a ToolError where podman is missing
+    or runs past ``timeout`` (``what`` names the step)."""
     env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
     cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", *args]
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError:
         raise ToolError("podman is not installed; run scripts/setup.sh") from None
     except subprocess.TimeoutExpired:
         # Another podman holding its storage lock, most often: run's timeout killed this one.
-        raise ToolError(f"podman {args[0]} did not finish within {timeout:.0f} s") from None
-    if check and proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        raise ToolError(f"podman {args[0]} failed: {lines[-1] if lines else proc.returncode}")
-    return proc.stdout
+        raise ToolError(f"podman {what} did not finish within {timeout:.0f} s") from None
 
 
 def image_name(suite: str = SUITE) -> str:
@@ -368,16 +376,7 @@ def _run_bounded(cmd: list[str], seconds: float, env: dict[str, str]) -> tuple[i
 
 
 def _image_exists(name: str) -> bool:
-    env = dict(os.environ, CONTAINERS_CONF=str(_containers_conf()))
-    try:
-        found = subprocess.run(
-            ["podman", "image", "exists", name], env=env, timeout=PODMAN_QUERY_S, check=False
-        )
-    except FileNotFoundError:
-        raise ToolError("podman is not installed; run scripts/setup.sh") from None
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"podman image exists did not finish within {PODMAN_QUERY_S} s") from None
-    return found.returncode == 0
+    return _podman_run(("image", "exists", name), PODMAN_QUERY_S, "image exists").returncode == 0
 
 
 # --- apt proxy ------------------------------------------------------------------------------
@@ -416,7 +415,7 @@ def start_proxy(base: Path, port: int, config: str) -> None:
     binary = shutil.which("apt-cacher-ng") or "/usr/sbin/apt-cacher-ng"
     if not Path(binary).exists():
         raise ToolError("apt-cacher-ng is not installed; run scripts/setup.sh")
-    # One a proxy that is gone left behind would pass for the new one's.
+    # A pid file that a proxy now gone left behind would pass for the new proxy's.
     pid_file = base / "run" / "pid"
     pid_file.unlink(missing_ok=True)
     started = subprocess.run(

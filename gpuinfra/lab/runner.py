@@ -255,7 +255,8 @@ def limited_hosts(inventory: Path, limit: str) -> list[str]:
         groups = sorted(g for g in manager.groups if g not in ("all", "ungrouped"))
         raise UsageError(
             f"--limit {excerpt(repr(limit), 60)} matches no host of {display_path(inventory)}"
-            f"{did_you_mean(limit, [*hosts, *groups])} (allowed: a host, a group or an Ansible host pattern; hosts: {allowed(hosts, 8)}; "
+            f"{did_you_mean(limit, [*hosts, *groups])} (allowed: a host, a group or an Ansible "
+            f"host pattern; hosts: {allowed(hosts, 8)}; "
             f"groups: {allowed(groups, 8) if groups else 'none'})"
         )
     return matched

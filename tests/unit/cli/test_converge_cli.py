@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, Result, run_cli
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
@@ -117,6 +117,13 @@ def _local_site(tmp_path: Path) -> Path:
     return site
 
 
+def _converge(tmp_path: Path, playbook: str, *options: str) -> Result:
+    """``gpuinfra converge`` run in ``tmp_path`` on its site/ directory."""
+    return run_cli(
+        "converge", "--site", "site", "--playbook", playbook, *options, root=ROOT, cwd=tmp_path
+    )
+
+
 ALLOWED_REPORT = "(allowed: a file path in an existing, writable directory)"
 
 
@@ -134,10 +141,7 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(
 ) -> None:
     _local_site(tmp_path)
     (tmp_path / "out").mkdir()
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", "nodes.yml", "--report-json", given,
-        root=ROOT, cwd=tmp_path,
-    )  # fmt: skip
+    result = _converge(tmp_path, "nodes.yml", "--report-json", given)
     assert result.code == 2
     assert result.stderr.strip() == (
         f"error: gpuinfra converge: invalid value for '--report-json': {why} {ALLOWED_REPORT} "
@@ -164,10 +168,7 @@ def test_a_vault_password_file_that_holds_no_password_is_refused_before_the_run(
     _local_site(tmp_path)
     (tmp_path / "folder").mkdir()
     (tmp_path / "empty").write_text("\n")
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", "nodes.yml", "--vault-password-file", given,
-        root=ROOT, cwd=tmp_path,
-    )  # fmt: skip
+    result = _converge(tmp_path, "nodes.yml", "--vault-password-file", given)
     assert result.code == 2
     assert result.stderr.strip() == (
         f"error: gpuinfra converge: invalid value for '--vault-password-file': {why} "
@@ -203,10 +204,7 @@ def test_a_limit_that_matches_no_host_is_refused_before_the_run(
         "all:\n  children:\n    workers:\n      hosts:\n"
         "        alpha: {ansible_connection: local}\n        beta: {ansible_connection: local}\n"
     )
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", "nodes.yml", "--limit", limit,
-        root=ROOT, cwd=tmp_path,
-    )  # fmt: skip
+    result = _converge(tmp_path, "nodes.yml", "--limit", limit)
     assert result.code == 2
     assert result.stderr.strip() == f"error: {line}"
     assert result.stdout == ""
@@ -218,10 +216,7 @@ def test_a_playbook_ansible_refuses_ends_with_its_reason(tmp_path: Path) -> None
         "- name: A play\n  hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - name: Misspelt\n      ansible.builtin.pnig: {}\n"
     )
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"),
-        root=ROOT, cwd=tmp_path,
-    )  # fmt: skip
+    result = _converge(tmp_path, str(tmp_path / "play.yml"))
     assert result.code == 1
     last = result.stderr.strip().splitlines()[-1]
     why = f"{tmp_path / 'play.yml'}:5:7: couldn't resolve module/action 'ansible.builtin.pnig'."
@@ -249,7 +244,7 @@ def test_a_playbook_that_is_not_there_is_refused_naming_the_option(
     tmp_path: Path, given: str, hint: str
 ) -> None:
     _local_site(tmp_path)
-    result = run_cli("converge", "--site", "site", "--playbook", given, root=ROOT, cwd=tmp_path)
+    result = _converge(tmp_path, given)
     assert result.code == 2
     known = ", ".join(sorted(p.name for p in (ROOT / "playbooks").glob("*.yml")))
     assert result.stderr.splitlines() == [
@@ -264,9 +259,7 @@ def test_a_vault_password_file_from_the_environment_is_checked_as_the_option_is(
 ) -> None:
     _local_site(tmp_path)
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", "absent")
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", "nodes.yml", root=ROOT, cwd=tmp_path
-    )
+    result = _converge(tmp_path, "nodes.yml")
     assert result.code == 2
     assert result.stderr.splitlines() == [
         f"error: ANSIBLE_VAULT_PASSWORD_FILE 'absent': no such file {ALLOWED_VAULT}"
@@ -302,9 +295,6 @@ def test_converge_says_how_many_hosts_it_runs_on(
     )
     (tmp_path / "play.yml").write_text(PING)
     limited = ["--limit", limit] if limit else []
-    result = run_cli(
-        "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"), *limited,
-        root=ROOT, cwd=tmp_path,
-    )  # fmt: skip
+    result = _converge(tmp_path, str(tmp_path / "play.yml"), *limited)
     assert result.code == 0, result.stderr
     assert result.stdout.splitlines()[0] == line
