@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +41,10 @@ from gpuinfra.ops.http import TIMEOUT_S, read_bounded, server
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip"]
+
+# How long a kubeconfig user's exec plugin may take to print its credential. The client waits
+# forever: a plugin that waits on a network that does not answer would hold the command.
+EXEC_PLUGIN_TIMEOUT_S = 30.0
 DCGM_JOB = DCGM_EXPORTER_JOB
 # GPU Feature Discovery's count of the node's physical GPUs.
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -96,7 +103,7 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
         )
     try:
         # persist_config=False: a token the client refreshes is not written back to the file.
-        with _exec_plugin_failures() as failures:
+        with _exec_plugin_failures() as failures, _exec_plugin_bounded(EXEC_PLUGIN_TIMEOUT_S):
             api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
     # The client reads the file as it finds it: YAML that does not parse, or a list or a
     # number where a mapping goes, fails inside it.
@@ -153,6 +160,52 @@ def _exec_plugin_failures() -> Iterator[list[str]]:
         yield failures
     finally:
         root.removeHandler(handler)
+
+
+@contextmanager
+def _exec_plugin_bounded(timeout: float) -> Iterator[None]:
+    """The client's exec plugin run ends after ``timeout`` seconds, with the error it logs.
+
+    The client starts the plugin with ``subprocess.Popen`` and reads it to the end without a
+    bound; its module sees a ``Popen`` here whose ``communicate`` has one. A plugin run without a
+    terminal gets a session of its own, so that what it started ends with it; one run at a
+    terminal (a login prompt) keeps the terminal and is ended alone."""
+    from kubernetes.config import ConfigException, exec_provider
+
+    class BoundedPopen(subprocess.Popen[str]):
+        def __init__(self, args: Any, **kwargs: Any) -> None:
+            self._own_session = kwargs.get("stdin") is None
+            super().__init__(args, start_new_session=self._own_session, **kwargs)
+
+        def communicate(self, input: Any = None, timeout: float | None = None) -> Any:
+            try:
+                return super().communicate(input, timeout=timeout or limit)
+            except subprocess.TimeoutExpired:
+                self._end()
+                raise ConfigException(f"exec: no credential within {limit:.0f} s") from None
+
+        def _end(self) -> None:
+            try:
+                if self._own_session:
+                    os.killpg(self.pid, signal.SIGKILL)
+                else:
+                    self.kill()
+            except ProcessLookupError:
+                pass
+            # What the plugin started may hold its pipes open: they are closed, not read.
+            for pipe in (self.stdout, self.stderr):
+                if pipe is not None:
+                    pipe.close()
+            self.wait()
+
+    limit = timeout
+    shim = type("subprocess", (), {"Popen": BoundedPopen, "PIPE": subprocess.PIPE})
+    original = exec_provider.subprocess
+    exec_provider.subprocess = shim
+    try:
+        yield
+    finally:
+        exec_provider.subprocess = original
 
 
 def _kubernetes_get(

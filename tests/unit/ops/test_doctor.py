@@ -539,6 +539,37 @@ def test_an_exec_plugin_that_gives_no_credential_is_one_line_and_exit_3(
     assert reason in line
 
 
+def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuinfra.ops import doctor
+
+    monkeypatch.setattr(doctor, "EXEC_PLUGIN_TIMEOUT_S", 1.0)
+    pids = tmp_path / "pids"
+    # A plugin waiting on a network that does not answer, with a helper of its own holding the
+    # pipe the client reads.
+    plugin = _plugin(tmp_path / "get-token", f"sleep 300 & echo $$ $! > {pids}; wait")
+    with servers.static({"/api/v1/nodes": _json(FIXTURES / "nodes.json")}) as url:
+        path = _exec_kubeconfig(tmp_path / "kubeconfig", url, plugin)
+        started = time.monotonic()
+        code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
+    assert time.monotonic() - started < 10
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: --kubeconfig {path}: the user's exec plugin failed: exec: no credential within 1 s"
+    ]
+    assert [pid for pid in map(int, pids.read_text().split()) if _running(pid)] == []
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs: an ended process not yet reaped by its parent does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def test_a_token_from_an_exec_plugin_reaches_the_api(tmp_path: Path) -> None:
     status = {
         "apiVersion": "client.authentication.k8s.io/v1beta1",
