@@ -760,25 +760,66 @@ def eks_cluster_name_problem(name: str) -> str | None:
     )
 
 
+# What the program does not name, Pulumi names <logical name>-<7 random hex> (pulumi-aws's
+# AutoName), and every logical name begins with the cluster's name. The tightest of those names
+# bound the stack's (decision 0086):
+# - an IAM role takes 64 characters (botocore's iam model, roleNameType); the longest role is
+#   <cluster>-model-reader-role, the one Triton reads the model bucket with;
+# - a node group takes 63 (pulumi-aws's NodeGroup.node_group_name): <cluster>-<pool>-ng;
+# - the model bucket's name is lowercased, and takes letters, digits and '-' but no '_'.
+AUTONAME_SUFFIX = len("-0123abc")
+MAX_IAM_ROLE_NAME = 64
+MAX_NODE_GROUP_NAME = 63
+LONGEST_ROLE_SUFFIX = "-model-reader-role"
+MAX_STACK_NAME = (
+    MAX_IAM_ROLE_NAME - AUTONAME_SUFFIX - len(CLUSTER_PREFIX) - len(LONGEST_ROLE_SUFFIX)
+)
+_DEPLOYABLE_STACK = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9-]{{0,{MAX_STACK_NAME - 1}}}$")
+_STACK_RULE = (
+    f"1-{MAX_STACK_NAME} letters, digits or '-', starting with a letter or digit: AWS names "
+    f"follow {CLUSTER_PREFIX}<stack>"
+)
+
+
+def node_group_logical_name(stack: str, pool: str) -> str:
+    """The logical name of ``pool``'s node group in ``stack``, which Pulumi names it after."""
+    return f"{cluster_name(stack)}-{pool}-ng"
+
+
+def max_pool_name(stack: str) -> int:
+    """The longest pool name whose node group EKS takes in ``stack``."""
+    return MAX_NODE_GROUP_NAME - AUTONAME_SUFFIX - len(node_group_logical_name(stack, ""))
+
+
 def _stack_name_problem(stack: str) -> str | None:
-    """Why ``stack`` cannot be deployed: its cluster's name would be refused by EKS."""
-    if eks_cluster_name_problem(cluster_name(stack)) is None:
+    """Why ``stack`` cannot be deployed: a name AWS gives one of its resources would be refused."""
+    if _DEPLOYABLE_STACK.match(stack):
         return None
     # Short enough to stay whole after the file's name, which holds the stack's name too.
-    return (
-        f"stack name '{excerpt(stack, 30)}': its EKS cluster, {CLUSTER_PREFIX}<stack>, would "
-        f"have a name EKS refuses (allowed: 1-{MAX_EKS_CLUSTER_NAME - len(CLUSTER_PREFIX)} "
-        "letters, digits, '-' or '_')"
-    )
+    return f"stack name '{excerpt(stack, 30)}' (allowed: {_STACK_RULE})"
+
+
+def _pool_name_problems(stack: str, cfg: StackConfig, file: str) -> list[Problem]:
+    """Pools whose node group would get a name longer than EKS takes, in ``stack``."""
+    longest = max_pool_name(stack)
+    return [
+        Problem(
+            file,
+            f"config.{NAMESPACE}:nodePools[{i}].name",
+            f"'{pool.name}' would name the node group {node_group_logical_name(stack, pool.name)}"
+            f"-<7 random>, over the {MAX_NODE_GROUP_NAME} characters EKS takes (allowed: a pool "
+            f"name of at most {longest} characters in stack '{stack}')",
+        )
+        for i, pool in enumerate(cfg.node_pools)
+        if len(pool.name) > longest
+    ]
 
 
 def check_stack_name(env: str) -> str:
     """A ``--stack`` argument: a Pulumi stack name, never a path."""
     if not _STACK_NAME.match(env):
         raise UsageError(
-            f"--stack {excerpt(repr(env), 40)}: not a stack name (allowed: "
-            f"1-{MAX_EKS_CLUSTER_NAME - len(CLUSTER_PREFIX)} letters, digits, '-' or '_', "
-            f"starting with a letter or digit: its EKS cluster is named {CLUSTER_PREFIX}<stack>)"
+            f"--stack {excerpt(repr(env), 40)}: not a stack name (allowed: {_STACK_RULE})"
         )
     return env
 
@@ -921,6 +962,8 @@ def parse_stack(document: Any, file: str, *, stack: str | None = None) -> StackC
                 )
             ]
         )
+    if stack is not None and (too_long := _pool_name_problems(stack, cfg, file)):
+        raise ConfigError(too_long)
     return cfg
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from gpuinfra import catalog, versions
-from gpuinfra.config import REQUIRED_TAGS, load_stack
+from gpuinfra.config import MAX_STACK_NAME, REQUIRED_TAGS, load_stack, max_pool_name
 from gpuinfra.errors import ConfigError
 from gpuinfra.review import stackrun
 from gpuinfra.review.policy import Limits, evaluate, taggable
@@ -290,16 +291,50 @@ def test_a_personal_stack_keeps_what_it_made_under_its_environment_s_names(
     assert [r.name for r in dev.resources if r.aliases] == []
 
 
-def test_the_longest_stack_name_eks_takes_in_the_cluster_s_name_is_accepted(
+# The names Pulumi gives what the program leaves unnamed, <logical name>-<7 random hex>, and the
+# most each kind takes: IAM roles (botocore's iam roleNameType), node groups (pulumi-aws's
+# NodeGroup.node_group_name), the bucket (pulumi-aws's Bucket.bucket, lowercased).
+AUTONAMED = {
+    "aws:iam/role:Role": 64,
+    "aws:eks/nodeGroup:NodeGroup": 63,
+    "aws:s3/bucket:Bucket": 63,
+}
+RANDOM_SUFFIX = len("-0123abc")
+
+
+def test_every_name_aws_gives_the_longest_stack_and_pool_names_is_one_aws_takes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """gpuinfra-<stack> at EKS's 100 characters; one more is refused (tests/unit/cli)."""
+    """The longest stack name and the longest pool name it allows, with every optional role
+    (the autoscaler's, Triton's model reader, the flow logs'): each autonamed resource's name
+    fits. One character more is refused (tests/unit/cli/test_bad_input.py)."""
     root = with_personal_stack(tmp_path)
-    longest = "dev-" + "x" * 87
-    shutil.copy(root / "stacks" / "Pulumi.dev.yaml", root / "stacks" / f"Pulumi.{longest}.yaml")
+    longest = "dev-" + "x" * (MAX_STACK_NAME - len("dev-"))
+    pool = "p" * max_pool_name(longest)
+    text = (root / "stacks" / "Pulumi.dev.yaml").read_text()
+    # A g6.2xlarge: Triton's pod asks for more CPU than a g6.xlarge has.
+    text = text.replace("- name: l4", f"- name: {pool}").replace("g6.xlarge", "g6.2xlarge")
+    text = text.replace(
+        "    singleNatGateway: true\n", "    singleNatGateway: true\n    flowLogs: true\n"
+    )
+    triton = (
+        "    triton:\n      enabled: true\n      gpuType: l4\n      modelRepository:\n"
+        "        s3: s3://models-dev/triton\n        region: us-east-1\n"
+        "        serviceAccount: triton-models\n"
+        "      models:\n        - {name: resnet50, backend: onnxruntime, maxBatchSize: 8}\n"
+    )
+    (root / "stacks" / f"Pulumi.{longest}.yaml").write_text(text + triton)
     plan = plan_of(longest, root, monkeypatch, capsys)
-    (cluster,) = [r for r in plan["resources"] if r["type"] == EKS_CLUSTER]
-    assert len(cluster["properties"]["name"]) == 100
+    names = {r["name"]: kind for r in plan["resources"] if (kind := r["type"]) in AUTONAMED}
+    assert {f"gpuinfra-{longest}-model-reader-role", f"gpuinfra-{longest}-{pool}-ng"} <= set(names)
+    too_long = {
+        name: len(name) + RANDOM_SUFFIX
+        for name, kind in names.items()
+        if len(name) + RANDOM_SUFFIX > AUTONAMED[kind]
+    }
+    assert too_long == {}
+    buckets = [name for name, kind in names.items() if kind == "aws:s3/bucket:Bucket"]
+    assert buckets and all(re.fullmatch(r"[a-z0-9][a-z0-9-]*", b.lower()) for b in buckets)
 
 
 # --- bad stack files: one line per problem, exit 2, nothing registered ---------------------
@@ -616,12 +651,12 @@ def test_a_stack_argument_that_is_no_stack_name_is_told_the_readme_s_rule() -> N
         2,
         "",
         [
-            "error: --stack 'dev/x': not a stack name (allowed: 1-91 letters, digits, '-' or "
-            "'_', starting with a letter or digit: its EKS cluster is named gpuinfra-<stack>)"
+            "error: --stack 'dev/x': not a stack name (allowed: 1-29 letters, digits or '-', "
+            "starting with a letter or digit: AWS names follow gpuinfra-<stack>)"
         ],
     )
     readme = (ROOT / "README.md").read_text()
-    assert "| a stack's name (`Pulumi.<stack>.yaml`) | 1-91 letters, digits, `-` or `_`, " in readme
+    assert "| a stack's name (`Pulumi.<stack>.yaml`) | 1-29 letters, digits or `-`, " in readme
 
 
 @pytest.mark.parametrize("command", [("cost",), ("config", "check"), ("plan",), ("diff",)])

@@ -143,7 +143,8 @@ def stack_with(extra: str) -> str:
 DEV_TEXT = (ROOT / DEV).read_text(encoding="utf-8")
 # Stack names Pulumi takes and EKS refuses in the cluster's name gpuinfra-<stack>.
 DOTTED = "stacks/Pulumi.dev-a.b.yaml"
-LONG_STACK = "dev-" + "x" * 88
+LONG_STACK = "dev-" + "x" * 26
+UNDERSCORED = "stacks/Pulumi.dev-a_b.yaml"
 # The policy pack's limits per environment: a file users edit too.
 LIMITS = "policies/limits.yaml"
 P4DE_IN_CANADA = both(
@@ -384,10 +385,11 @@ CASES: list[Case] = [
         "config.gpuinfra:environment",
         "'dev', 'prod' or 'staging'",
     ),
-    # A Pulumi stack name that EKS would refuse in the cluster's name, gpuinfra-<stack>: a '.',
-    # or over 91 characters. Its file is a copy of dev's, valid but for its name.
+    # A Pulumi stack name that AWS would refuse in a name that follows gpuinfra-<stack>: a '.'
+    # (the cluster), a '_' (the model bucket), or over 29 characters (the IAM roles). Its file is
+    # a copy of dev's, valid but for its name.
     *(
-        Case(case_id, argv, edit, 2, file, "stack name '", "allowed: 1-91 letters, digits, '-'")
+        Case(case_id, argv, edit, 2, file, "stack name '", "allowed: 1-29 letters, digits or '-'")
         for case_id, argv, edit, file in (
             (
                 "stack-name-dot",
@@ -408,12 +410,25 @@ CASES: list[Case] = [
                 DOTTED,
             ),
             (
-                "stack-name-92-characters",
+                "stack-name-underscore",
+                ("config", "check", "--stack", "dev-a_b"),
+                put(UNDERSCORED, DEV_TEXT),
+                UNDERSCORED,
+            ),
+            (
+                "stack-name-30-characters",
                 ("config", "check", "--stack", LONG_STACK),
                 put(f"stacks/Pulumi.{LONG_STACK}.yaml", DEV_TEXT),
                 f"stacks/Pulumi.{LONG_STACK}.yaml",
             ),
         )
+    ),
+    # dev's node groups are named gpuinfra-dev-<pool>-ng-<7 random>: EKS takes 63 characters.
+    stack(
+        "stack-pool-name-over-node-group-name",
+        sub(DEV, "- name: l4", "- name: l" + "4" * 39),
+        "nodePools[0].name",
+        "allowed: a pool name of at most 39 characters in stack 'dev'",
     ),
     stack(
         "stack-pool-100000",
