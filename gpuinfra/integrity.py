@@ -154,6 +154,10 @@ class Nodes:
     # Why its nvidia.com/mig.config label names no layout the GPU Operator has ('' where it
     # names one, or none).
     mig_label_problem: str = ""
+    # Why its GPUs cannot be split by its MIG layout ('' where they can), and the key that
+    # chose the layout.
+    mig_problem: str = ""
+    mig_key: str = ""
     # Its GPU model (lower case, as gpus.GPU_MIN_BRANCH names it; '' where unknown), the driver
     # build it runs and where that build is pinned ('' for nodes without GPUs).
     gpu: str = ""
@@ -270,6 +274,15 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
             ),
             count=pool.max_size,
             mig_layout=_layout(pool.labels, cfg.addons.gpu_operator),
+            mig_problem=_mig_problem(
+                pool.labels,
+                cfg.addons.gpu_operator,
+                catalog.instance_types()[pool.instance_type].gpu_name,
+                catalog.instance_types()[pool.instance_type].gpu_memory_mib_per_gpu // 1024,
+            ),
+            mig_key=f"labels.{MIG_CONFIG_LABEL}"
+            if MIG_CONFIG_LABEL in pool.labels
+            else "gpuOperator.migDefaultProfile",
             gpu=catalog.instance_types()[pool.instance_type].gpu_name,
             driver=driver,
             driver_key="nvidia_driver.preinstalled (the EKS GPU AMI's driver)",
@@ -365,6 +378,20 @@ def _mig_label_problem(labels: Mapping[str, str], operator: GpuOperatorSettings 
     )
 
 
+def _mig_problem(
+    labels: Mapping[str, str],
+    operator: GpuOperatorSettings | None,
+    gpu: str,
+    memory_gib: int | None,
+) -> str:
+    """Why the GPUs of a node cannot be split by its MIG layout; '' where they can, or where
+    no layout applies."""
+    layout = _layout(labels, operator)
+    if not layout or operator is None:
+        return ""
+    return gpus.mig_layout_problem(gpu, memory_gib, layout, operator.mig_profiles[layout])
+
+
 def _split(
     offer: Mapping[str, float], labels: Mapping[str, str], operator: GpuOperatorSettings | None
 ) -> dict[str, float]:
@@ -418,6 +445,7 @@ def site_nodes(
         # An unknown count splits into an unknown number of each slice (inf times a count).
         offer = _split({GPU_RESOURCE: UNKNOWN if gpus is None else float(gpus)}, labels, operator)
         layout = _layout(labels, operator)
+        gpu_model = gpu_type.lower() if isinstance(gpu_type, str) else ""
         mode = variables.get("gpu_node_check_mig_mode")
         source = str(variables.get("nvidia_driver_source", "distro"))
         driver = ""
@@ -438,7 +466,11 @@ def site_nodes(
                 mig_layout=layout,
                 expected_mig_mode=mode if isinstance(mode, str) else None,
                 mig_label_problem=_mig_label_problem(labels, operator),
-                gpu=gpu_type.lower() if isinstance(gpu_type, str) else "",
+                mig_problem=_mig_problem(labels, operator, gpu_model, None),
+                mig_key="gpu_node_registration_labels"
+                if MIG_CONFIG_LABEL in labels
+                else "gpu_operator_mig_default_profile",
+                gpu=gpu_model,
                 driver=driver,
                 driver_key=f"nvidia_driver.{source}",
             )
@@ -1108,6 +1140,18 @@ def node_checks(state: State) -> list[Finding]:
     return found
 
 
+def mig(state: State) -> list[Finding]:
+    """Each GPU node's MIG layout is one its GPU model can take: a model with MIG, profiles it
+    offers, no more of each than one GPU holds, and no more slices than it has. mig-parted
+    checks placement on the node itself; a layout it refuses leaves the GPUs whole, so what the
+    layout promises (nvidia.com/mig-* or the sliced nvidia.com/gpu count) never appears."""
+    return [
+        Finding("error", "mig", nodes.name, nodes.mig_key, nodes.mig_problem)
+        for nodes in state.nodes
+        if nodes.mig_problem
+    ]
+
+
 def _image_tag(pod: Mapping[str, Any]) -> str:
     images = [c.get("image", "") for c in pod.get("containers", [])]
     return next((i.rpartition(":")[2] for i in images if ":" in i), "")
@@ -1481,6 +1525,7 @@ RULES = (
     quotas,
     autoscaling,
     node_checks,
+    mig,
     drivers,
     play_order,
 )
