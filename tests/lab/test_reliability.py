@@ -70,6 +70,59 @@ def test_unreachable_host_fails_alone(
     assert survivor in result.reports
 
 
+def test_a_host_that_stops_answering_mid_run_fails_alone(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+) -> None:
+    """A frozen host, or one cut off by the network, sends no reset: without SSH keepalives the
+    run would wait on it for as long as TCP does, hours. The victim's container is frozen (its
+    sshd answers nothing, its socket stays open) and thawed only after WATCHDOG_S: by then the
+    keepalives in ansible.cfg must have declared it unreachable, or the thawed host would finish
+    its tasks and the run would pass."""
+    assert second_converge.ok
+    survivor, victim = CONVERGED
+    frozen: list[str] = []
+
+    def freeze_victim(event: runner.Event, progress: runner.Progress) -> None:
+        data = event.get("event_data") or {}
+        if (
+            not frozen
+            and event.get("event") == "runner_on_ok"
+            and data.get("host") == victim
+            and progress.tasks_started > 2
+        ):
+            lab.podman("pause", victim)
+            frozen.append(str(data.get("task")))
+            watchdog.start()
+
+    watchdog = threading.Timer(WATCHDOG_S, _thaw, args=(victim,))
+    try:
+        result = runner.converge(
+            nodes_playbook, inventory, limit=",".join(CONVERGED), on_event=freeze_victim
+        )
+    finally:
+        watchdog.cancel()
+        _thaw(victim)
+    assert frozen, "the victim never reported a task"
+    assert result.failed_hosts() == {victim}
+    assert result.recap[victim]["dark"] == 1
+    assert result.recap[survivor]["failures"] == 0
+    assert survivor in result.reports
+
+
+# Keepalives every 15 s, four missed (ansible.cfg): the frozen host is dropped about 60 s after
+# its last answer. The watchdog leaves twice that.
+WATCHDOG_S = 150.0
+
+
+def _thaw(container: str) -> None:
+    state = lab.podman("inspect", "--format", "{{.State.Status}}", container, check=False)
+    if state.strip() == "paused":
+        lab.podman("unpause", container)
+
+
 def _dpkg_unpacks_driver(container_id: str) -> bool:
     """Whether apt's dpkg is unpacking NVIDIA packages in the container: the long transaction
     that a lost connection or a killed run interrupts in the field. Read from this machine's
