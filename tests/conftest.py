@@ -59,6 +59,15 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: an ended process not yet reaped by its parent does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def run_cli(*args: str, root: Path | None = None, cwd: Path | None = None) -> Result:
     """Run ``gpuinfra`` as a user would, in a child process."""
     env = dict(os.environ)

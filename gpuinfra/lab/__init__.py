@@ -14,6 +14,7 @@ removes exactly those, so a test suite's lab, a developer's lab and another deve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -369,10 +370,20 @@ def _run_bounded(cmd: list[str], seconds: float, env: dict[str, str]) -> tuple[i
     try:
         output, _ = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _end_session(proc)
         return None, ""
     return proc.returncode, output
+
+
+def _end_session(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc``'s process group (a session of its own) and reap ``proc``. Its pipes are
+    closed, not read: what it started in a session of its own may hold them open for good."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
 
 
 def _image_exists(name: str) -> bool:
@@ -407,8 +418,17 @@ def proxy_config(
     )
 
 
+# How long apt-cacher-ng gets, once started, to listen on its port and write its pid file (it
+# takes well under a second). One that has not is ended, with what it started.
+PROXY_START_S = 20
+
+
 def start_proxy(base: Path, port: int, config: str) -> None:
-    """Start apt-cacher-ng with ``config`` (``proxy_config``) in ``base`` and wait until it listens."""
+    """Start apt-cacher-ng with ``config`` (``proxy_config``) in ``base`` and wait until it listens.
+
+    It runs in the foreground of a session of its own, which outlives this process: one that
+    does not answer within PROXY_START_S is ended with that session, and a ToolError says so.
+    """
     for sub in ("cache", "log", "run", "conf"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     (base / "conf" / "acng.conf").write_text(config)
@@ -418,24 +438,33 @@ def start_proxy(base: Path, port: int, config: str) -> None:
     # A pid file that a proxy now gone left behind would pass for the new proxy's.
     pid_file = base / "run" / "pid"
     pid_file.unlink(missing_ok=True)
-    started = subprocess.run(
-        [binary, "-c", str(base / "conf"), "ForeGround=0"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if started.returncode != 0:
-        said = (started.stderr + started.stdout).strip().splitlines()
-        raise ToolError(
-            f"apt-cacher-ng did not start on 127.0.0.1:{port} (exit {started.returncode}"
-            f"{': ' + said[-1].strip() if said else ''}); its logs are in {base / 'log'}"
+    # What it prints goes to a file, never to a pipe of this process or of its caller.
+    output = base / "log" / "foreground.log"
+    with output.open("wb") as sink:
+        proc = subprocess.Popen(
+            [binary, "-c", str(base / "conf"), "ForeGround=1"],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+    deadline = time.monotonic() + PROXY_START_S
     # It listens before it writes its pid file; the file is how `lab down` finds it to stop it.
-    _wait_for(
-        lambda: _listening(port) and _read_pid(pid_file) is not None,
-        20,
-        f"apt-cacher-ng on 127.0.0.1:{port}",
-    )
+    while not (_listening(port) and _read_pid(pid_file) is not None):
+        if proc.poll() is not None:
+            said = output.read_text(errors="replace").strip().splitlines()
+            raise ToolError(
+                f"apt-cacher-ng did not start on 127.0.0.1:{port} (exit {proc.returncode}"
+                f"{': ' + said[-1].strip() if said else ''}); its logs are in {base / 'log'}"
+            )
+        if time.monotonic() > deadline:
+            _end_session(proc)
+            pid_file.unlink(missing_ok=True)
+            raise ToolError(
+                f"apt-cacher-ng did not answer on 127.0.0.1:{port} within {PROXY_START_S:.0f} s "
+                f"and was ended; its logs are in {base / 'log'}"
+            )
+        time.sleep(0.2)
 
 
 def ensure_proxy(port: int) -> bool:

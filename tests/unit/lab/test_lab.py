@@ -15,7 +15,7 @@ import pytest
 
 from gpuinfra import lab
 from gpuinfra.errors import ToolError, UsageError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_main, running
 from tests.servers import free_port, tool
 
 
@@ -316,3 +316,50 @@ def test_an_apt_proxy_that_does_not_start_is_one_line(
         f"127.0.0.1); its logs are in {tmp_path}/cache/apt-cacher-ng/log"
     )
     assert not (ROOT / ".lab" / "unitnoproxy").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lab up runs as root only")
+def test_an_apt_proxy_that_does_not_answer_is_ended_within_its_bound_in_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    closed_port: int,
+    fake_tools: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # An apt-cacher-ng that starts, never listens, and has a helper of its own; the tools lab up
+    # needs after it are there (never reached).
+    pids = tmp_path / "pids"
+    for name in ("podman", "ssh", "ssh-keygen"):
+        _fake_tool(fake_tools, name, "exit 0")
+    _fake_tool(fake_tools, "apt-cacher-ng", f"sleep 300 & echo $$ $! > {pids}; wait")
+    monkeypatch.setattr(lab, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(lab, "PROXY_START_S", 1)
+    monkeypatch.setenv("GPUINFRA_APT_PROXY_PORT", str(closed_port))
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "lab", "up", "--prefix", "unitslowproxy", "--hosts", "1")
+    assert time.monotonic() - started < 10
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: apt-cacher-ng did not answer on 127.0.0.1:{closed_port} within 1 s and was "
+        f"ended; its logs are in {tmp_path}/cache/apt-cacher-ng/log"
+    ]
+    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert not (ROOT / ".lab" / "unitslowproxy").exists()
+
+
+def test_a_bounded_run_past_its_time_is_not_held_by_a_pipe_left_open(tmp_path: Path) -> None:
+    # What the command started in a session of its own outlives the kill and holds its output.
+    pid_file = tmp_path / "pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "helper = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "open(sys.argv[1], 'w').write(str(helper.pid))\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    try:
+        assert lab._run_bounded([sys.executable, "-c", script, str(pid_file)], 3, {}) == (None, "")
+        assert time.monotonic() - started < 10
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
