@@ -35,6 +35,11 @@ from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
 
 MISSING = "<absent>"
+# Bounds of what diff runs, each far above what it takes: one git command (a worktree of this
+# repository is added in seconds), and one target's plan on one side (a minute at most here).
+# Past its bound a command is ended with what it started, and diff stops with one line.
+GIT_TIMEOUT_S = 300
+PLAN_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -451,13 +456,7 @@ def _reviewed(root: Path, path: Path) -> bool:
     """A file that exists and is not ignored by git (the lab's generated inventory is)."""
     if not path.exists():
         return False
-    ignored = subprocess.run(
-        ["git", "check-ignore", "--quiet", str(path.relative_to(root))],
-        cwd=root,
-        capture_output=True,
-        check=False,
-    )
-    return ignored.returncode != 0
+    return _git_run(root, "check-ignore", "--quiet", str(path.relative_to(root))).returncode != 0
 
 
 @dataclass(frozen=True)
@@ -479,8 +478,16 @@ class Children:
         self._running: set[subprocess.Popen[str]] = set()
         self._stopped = False
 
-    def run(self, command: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-        """Run ``command`` to its end: its exit code, stdout and stderr."""
+    def run(
+        self,
+        command: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float | None = None,
+    ) -> tuple[int, str, str]:
+        """Run ``command`` to its end, in a process group of its own: its exit code, stdout and
+        stderr. Past ``timeout`` seconds the group is killed and TimeoutExpired raised."""
         with self._lock:
             if self._stopped:
                 return -signal.SIGTERM, "", "stopped"
@@ -492,35 +499,54 @@ class Children:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                start_new_session=True,
             )
             self._running.add(proc)
         try:
-            out, err = proc.communicate()
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end_group(proc)
+            raise
         finally:
             with self._lock:
                 self._running.discard(proc)
         return proc.returncode, out, err
 
     def stop(self) -> None:
-        """End every planning process (SIGTERM, then SIGKILL after GRACE) and start no more."""
+        """End every planning process with its group (SIGTERM, then SIGKILL after GRACE) and
+        start no more."""
         with self._lock:
             self._stopped = True
             running = list(self._running)
         for proc in running:
             with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
+                os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.GRACE
         for proc in running:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
+            # What the plan started and left behind goes with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
-def plan_in(root: Path, target: Target, children: Children | None = None) -> PlanResult:
-    """Plan one target with the code and files of the checkout at ``root``."""
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    """Kill the process group ``proc`` leads, with what it started, and reap ``proc``. Its pipes
+    are closed, not read: a process it started in a session of its own may hold them open."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
+
+
+def plan_in(
+    root: Path, target: Target, children: Children | None = None, timeout: float | None = None
+) -> PlanResult:
+    """Plan one target with the code and files of the checkout at ``root``; TimeoutExpired
+    where the plan runs past ``timeout`` seconds (it is ended, with what it started)."""
     if not target.exists(root):
         return PlanResult(None)
     env = dict(os.environ)
@@ -529,7 +555,9 @@ def plan_in(root: Path, target: Target, children: Children | None = None) -> Pla
         PYTHONPATH=os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
     command = target.command(root)
-    returncode, stdout, stderr = (children or Children()).run(command, cwd=root, env=env)
+    returncode, stdout, stderr = (children or Children()).run(
+        command, cwd=root, env=env, timeout=timeout
+    )
     proc = subprocess.CompletedProcess(command, returncode, stdout, stderr)
     if proc.returncode != 0:
         lines = [
@@ -551,13 +579,40 @@ class GitFailed(ToolError):
 
 
 def _git(root: Path, *args: str) -> str:
-    try:
-        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise ToolError("git is not installed; gpuinfra diff needs it") from None
+    proc = _git_run(root, *args)
     if proc.returncode != 0:
         raise GitFailed(f"git {' '.join(args)}: {proc.stderr.strip()}")
     return proc.stdout.strip()
+
+
+def _git_run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git ``args`` in ``root``, its exit status left to the caller, in a process group of its
+    own: past GIT_TIMEOUT_S (or on an interrupt) it is ended with what it started (a hook, a
+    filter), and a ToolError names the command."""
+    try:
+        proc = subprocess.Popen(
+            ["git", *args],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ToolError("git is not installed; gpuinfra diff needs it") from None
+    try:
+        out, err = proc.communicate(timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        what = " ".join(args[:2] if args[0] == "worktree" else args[:1])
+        raise ToolError(
+            f"git {what} in {root} did not finish within {GIT_TIMEOUT_S:.0f} s"
+        ) from None
+    except BaseException:
+        _end_group(proc)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def resolve(ref: str, root: Path) -> str:
@@ -673,9 +728,16 @@ def diff(
 
         def plan_job(job: tuple[Path, Target]) -> PlanResult:
             side, target = job
-            if plannable or side != base_root:
-                return plan_in(side, target, children)
-            return PlanResult(None)
+            if not plannable and side == base_root:
+                return PlanResult(None)
+            try:
+                return plan_in(side, target, children, timeout=PLAN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                where = f"at {base}" if side == base_root else "in the working tree"
+                raise ToolError(
+                    f"the plan of {target.label} {where} did not finish within "
+                    f"{PLAN_TIMEOUT_S:.0f} s"
+                ) from None
 
         jobs_list = [(side, t) for t in chosen for side in (base_root, root)]
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

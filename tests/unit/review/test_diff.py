@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gpuinfra import catalog
 from gpuinfra.config import load_stack
 from gpuinfra.review import cost, diff
-from tests.conftest import ROOT, Result, run_cli
+from tests.conftest import ROOT, Result, run_cli, run_main, running
 from tests.unit.review.conftest import git
 
 Clone = Callable[[str, Callable[[Path], None]], Path]
@@ -354,3 +357,87 @@ def test_an_unchanged_target_is_one_line_not_an_empty_table(clone: Clone) -> Non
     assert result.code == 0, result.stderr
     assert "stack dev: unchanged" in result.stdout.splitlines()
     assert "section" not in result.stdout
+
+
+# A planner that never finishes, with a helper of its own: it writes both pids where the test
+# reads them.
+HANGING_PLANNER = """\
+import os, subprocess, sys, time
+helper = subprocess.Popen(["sleep", "300"])
+with open(os.environ["GPUINFRA_TEST_PIDS"], "w") as pids:
+    pids.write(f"{os.getpid()} {helper.pid}")
+time.sleep(300)
+"""
+
+
+def stand_in_repo(root: Path, planner: str) -> Path:
+    """A repository of one commit whose ``gpuinfra.review`` is ``planner``, a stack dev, no
+    more: diff plans each side with that side's own stand-in."""
+    (root / "stacks").mkdir(parents=True)
+    for name in ("versions.yaml", "Pulumi.yaml", "stacks/Pulumi.dev.yaml"):
+        (root / name).write_text((ROOT / name).read_text())
+    (root / "gpuinfra" / "review").mkdir(parents=True)
+    for name in ("__init__.py", "review/__init__.py", "review/plan.py"):
+        (root / "gpuinfra" / name).write_text("")
+    (root / "gpuinfra" / "review" / "__main__.py").write_text(planner)
+    git(root, "init", "--quiet", "--initial-branch=main")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "--message", "base")
+    return root
+
+
+def worktrees(repo: Path) -> list[str]:
+    listed = git(repo, "worktree", "list", "--porcelain")
+    return [
+        line.removeprefix("worktree ")
+        for line in listed.splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+def test_a_base_plan_that_never_ends_is_ended_with_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = stand_in_repo(tmp_path / "repo", HANGING_PLANNER)
+    # The working tree plans at once; only the base's plan hangs.
+    (repo / "gpuinfra" / "review" / "__main__.py").write_text("print('{}')\n")
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("GPUINFRA_TEST_PIDS", str(pids))
+    monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(diff, "PLAN_TIMEOUT_S", 2)
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "diff", "--base", "HEAD", "--stack", "dev")
+    assert time.monotonic() - started < 30
+    assert (code, out) == (3, "")
+    assert err.splitlines() == ["error: the plan of stack dev at HEAD did not finish within 2 s"]
+    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert worktrees(repo) == [str(repo)]
+
+
+def test_a_git_command_that_never_ends_is_ended_with_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = stand_in_repo(tmp_path / "repo", "print('{}')\n")
+    # git as it is, but adding a worktree waits without end (a hook, a filter), with a helper.
+    real_git = shutil.which("git")
+    pids = tmp_path / "pids"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = worktree ] && [ "$2" = add ]; then sleep 300 & echo $$ $! > {pids}; wait; fi\n'
+        f'exec {real_git} "$@"\n'
+    )
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(diff, "GIT_TIMEOUT_S", 2)
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "diff", "--base", "HEAD", "--stack", "dev")
+    assert time.monotonic() - started < 30
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [f"error: git worktree add in {repo} did not finish within 2 s"]
+    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert worktrees(repo) == [str(repo)]
