@@ -48,6 +48,9 @@ BACKENDS = ("onnxruntime", "tensorrt", "pytorch", "tensorflow", "vllm", "python"
 _PYTHON = "python3.11"
 # What the server logs as errors on every start without a GPU; not about the models.
 _NO_GPU = ("CudaDriverHelper", "NVML")
+# Seconds one readiness question may go unanswered. Without a deadline gRPC waits out its own
+# connect timeout (20 s) on a server that takes the connection and says nothing, past start()'s.
+READY_PROBE_S = 5.0
 
 STANDIN_MODEL = f'''\
 """Stand-in model: a fixed cost per batch plus a cost per item, then echo the input."""
@@ -339,13 +342,14 @@ def start(
     deadline = time.monotonic() + timeout
     try:
         client = server.client()
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             if process.poll() is not None:
                 raise TritonRefused(
                     "\n".join(server.errors()) or f"tritonserver exited {process.returncode}"
                 )
             try:
-                if client.is_server_ready():
+                # Each question within READY_PROBE_S and within what is left of the timeout.
+                if client.is_server_ready(client_timeout=min(READY_PROBE_S, left)):
                     return server
             except Exception:
                 pass

@@ -7,8 +7,11 @@ installs it), bound to 127.0.0.1. Without it these tests skip, except under
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,3 +235,47 @@ def test_the_metrics_the_alerts_read_are_what_triton_exposes(
     read = {name for r in rules for name in re.findall(r"\b(nv_[a-z_]+)\b", r["expr"])}
     assert read, "no alert reads Triton's metrics"
     assert read - exposed == set()
+
+
+def test_a_server_that_takes_the_connection_and_never_answers_ends_the_wait_by_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tritonserver that runs and never answers: its gRPC port takes connections and says
+    # nothing, as a server stuck in its start (or not Triton at all) does.
+    inst = local.Installation(tmp_path / "venv")
+    inst.server.parent.mkdir(parents=True)
+    inst.server.write_text("#!/bin/sh\nexec sleep 300\n")
+    inst.server.chmod(0o755)
+    monkeypatch.setattr(local, "READY_PROBE_S", 0.5)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=take, daemon=True).start()
+    repository = tmp_path / "models"
+    repository.mkdir()
+    grpc = listener.getsockname()[1]
+    try:
+        started = time.monotonic()
+        with pytest.raises(local.TritonRefused, match=r"^tritonserver not ready after 2 s"):
+            local.start(
+                inst,
+                repository,
+                tmp_path / "backends",
+                ports=(local.free_port(), grpc, local.free_port()),
+                timeout=2,
+            )
+        assert time.monotonic() - started < 4
+        assert held, "the client never connected"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
