@@ -131,6 +131,8 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     ),
     "gpu_node_check_min_temperature_headroom_c": (0, 100, "degrees Celsius below the slowdown"),
     "gpu_node_check_min_power_headroom_pct": (0, 100, "a percentage"),
+    "gpu_node_check_command_timeout": (1, 3600, "seconds, at most an hour"),
+    "gpu_node_check_dcgm_diag_timeout": (1, 86400, "seconds, at most a day"),
     "nvidia_driver_reboot_timeout": (1, 86400, "seconds, at most a day"),
     "node_packages_lock_timeout": (0, 86400, "seconds, at most a day"),
     "node_packages_deadline": (1, 86400, "seconds, at most a day"),

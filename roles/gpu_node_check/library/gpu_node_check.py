@@ -12,6 +12,10 @@ description:
     GPU is present C(nvidia-smi nvlink -s), C(dkms status), the C(/dev/nvidia-uvm) device nodes,
     Fabric Manager's unit (with NVSwitches) and C(dcgmi diag) (when asked); asks containerd and
     Docker which runtimes they know, and returns a report with one verdict per check.
+  - Every command runs in a session of its own with a time limit (O(command_timeout), and
+    O(dcgm_diag_timeout) for C(dcgmi diag)). One that has not answered by then is killed with
+    whatever it started, and the check it feeds fails naming the command and the limit; the
+    module returns within about the sum of its limits.
   - Changes nothing on the host except the report file.
 options:
   expected_driver:
@@ -54,6 +58,21 @@ options:
     type: int
     choices: [0, 1, 2, 3]
     default: 0
+  dcgm_diag_timeout:
+    description:
+      - Seconds C(dcgmi diag) may run before it is killed and C(dcgm_diag) fails.
+      - When omitted it follows the level, with a wide margin over what DCGM takes on 8 GPUs;
+        300 for level 1 (which takes seconds), 1200 for level 2 (about two minutes), 3600 for
+        level 3 (up to about 30 minutes).
+    type: int
+  command_timeout:
+    description:
+      - Seconds each other command (C(nvidia-smi), C(dkms), C(systemctl), C(ethtool),
+        C(containerd), C(docker)) may take before it is killed, with whatever it started.
+      - A GPU that fell off the bus or a wedged driver hangs C(nvidia-smi); once one call of it
+        has hung, no other is made, and C(driver_version) fails naming it.
+    type: int
+    default: 60
   nic_interfaces:
     description: Network interfaces whose driver and firmware (C(ethtool -i)) the report records.
     type: list
@@ -81,6 +100,10 @@ options:
   report_path:
     description: Where the JSON report is written; not written when omitted.
     type: path
+  fail_on_error:
+    description: Fail when a check fails, naming each one; the report is returned either way.
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -95,8 +118,10 @@ report:
 import glob
 import json
 import os
+import signal
 import socket
 import stat
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nvidia_node_check import (
@@ -114,12 +139,64 @@ from ansible.module_utils.nvidia_node_check import (
     parse_smi_header,
     parse_topology,
     read_pci_link,
+    timeout_detail,
 )
 
 QUERY = "index,pci.bus_id,uuid,name,driver_version"
 PCI_DISPLAY_CLASSES = ("0x0300", "0x0302")
 NVIDIA_VENDOR = "0x10de"
 PCI_BRIDGE_OTHER = "0x0680"
+# dcgmi diag's limit by level when dcgm_diag_timeout is omitted: level 1 takes seconds, level 2
+# about two minutes and level 3 up to about 30 minutes on 8 GPUs.
+DCGM_DIAG_TIMEOUTS = {1: 300, 2: 1200, 3: 3600}
+# How long a killed command is waited for: one stuck in the kernel (D state) cannot be reaped.
+REAP_S = 2
+
+
+class Commands:
+    """Runs each command in a session of its own, with a time limit.
+
+    A command that has not answered in time is killed with its whole process group and waited for
+    only briefly (REAP_S): a process stuck in the kernel cannot be reaped, and the module must not
+    wait with it. Its pipes are closed, not read: what it started may hold them open.
+    ``timed_out`` records the first such run of each program ({program: {command, seconds}}).
+    """
+
+    def __init__(self, module):
+        self.env = dict(os.environ)
+        self.env.update(module.run_command_environ_update or {})
+        self.timed_out = {}
+
+    def run(self, argv, seconds, label=None):
+        """(rc, stdout, stderr); rc is None when the command was killed after ``seconds``."""
+        program = os.path.basename(argv[0])
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=self.env, close_fds=True, start_new_session=True)
+        except OSError as exc:
+            return 127, "", str(exc)
+        try:
+            out, err = proc.communicate(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.end(proc)
+            self.timed_out.setdefault(program, {
+                "command": label or " ".join([program, *argv[1:]]), "seconds": seconds})
+            return None, "", ""
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    @staticmethod
+    def end(proc):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        try:
+            proc.wait(timeout=REAP_S)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def pci_nvidia_devices():
@@ -150,30 +227,37 @@ def read(path):
         return None
 
 
-def observe_gpus(module):
+def observe_gpus(module, commands):
     observed = {"smi_found": False, "smi_header": None, "smi": None, "topology": None,
                 "nvlink_status": None}
     smi = module.get_bin_path("nvidia-smi", opt_dirs=module.params["search_paths"])
     if not smi:
         return observed
     observed["smi_found"] = True
-    rc, out, err = module.run_command([smi])
+
+    def run_smi(args, label=None):
+        # What hangs one call of nvidia-smi (a GPU off the bus, a wedged driver) hangs the next.
+        if "nvidia-smi" in commands.timed_out:
+            return None, "", ""
+        return commands.run([smi, *args], module.params["command_timeout"], label)
+
+    rc, out, err = run_smi([])
     observed["smi_header"] = parse_smi_header(out + err)
     if rc != 0:
         return observed
-    rc, out, err = module.run_command([smi, "-q", "-x"])
+    rc, out, err = run_smi(["-q", "-x"])
     if rc == 0:
         observed["smi"] = parse_query_xml(out)
-        rc, out, err = module.run_command([smi, "--query-gpu=" + QUERY, "--format=csv"])
+        rc, out, err = run_smi(["--query-gpu=" + QUERY, "--format=csv"], "nvidia-smi --query-gpu")
         if rc == 0:
             merge_csv(observed["smi"]["gpus"], parse_query_csv(out))
         for gpu in observed["smi"]["gpus"]:
             gpu["pcie_sysfs"] = read_pci_link("/sys", gpu.get("bus_id"))
-    rc, out, err = module.run_command([smi, "topo", "-m"])
+    rc, out, err = run_smi(["topo", "-m"])
     if rc == 0:
         observed["topology"] = parse_topology(out)
         if observed["topology"]["pairs"]:
-            rc, out, err = module.run_command([smi, "nvlink", "-s"])
+            rc, out, err = run_smi(["nvlink", "-s"])
             if rc == 0:
                 observed["nvlink_status"] = parse_nvlink_status(out)
     return observed
@@ -186,20 +270,22 @@ def is_char_device(path):
         return False
 
 
-def observe_host(module, nvswitches):
+def observe_host(module, commands, nvswitches):
     """What a GPU host needs besides nvidia-smi: its DKMS build, device nodes, Fabric Manager."""
     observed = {"dkms": None, "uvm_devices": {p: is_char_device(p) for p in UVM_DEVICES},
                 "fabric_manager": None, "dcgm": None}
+    seconds = module.params["command_timeout"]
     dkms = module.get_bin_path("dkms")
     if dkms:
-        rc, out, err = module.run_command([dkms, "status"])
+        rc, out, err = commands.run([dkms, "status"], seconds)
         observed["dkms"] = parse_dkms_status(out) if rc == 0 else []
     if nvswitches:
         systemctl = module.get_bin_path("systemctl")
         state = None
         if systemctl:
-            rc, out, err = module.run_command(
-                [systemctl, "show", "--property=ActiveState,LoadState", "nvidia-fabricmanager"])
+            rc, out, err = commands.run(
+                [systemctl, "show", "--property=ActiveState,LoadState", "nvidia-fabricmanager"],
+                seconds, "systemctl show nvidia-fabricmanager")
             fields = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
             if fields.get("LoadState") == "loaded":
                 state = fields.get("ActiveState")
@@ -209,35 +295,49 @@ def observe_host(module, nvswitches):
     if level:
         observed["dcgm"] = {"found": bool(dcgmi), "rc": None, "output": ""}
     if dcgmi:
-        rc, out, err = module.run_command([dcgmi, "diag", "-r", str(level)])
+        rc, out, err = commands.run([dcgmi, "diag", "-r", str(level)], dcgm_diag_timeout(module))
         observed["dcgm"].update(rc=rc, output=out + err)
     return observed
 
 
-def observe_nics(module, interfaces):
+def dcgm_diag_timeout(module):
+    seconds = module.params["dcgm_diag_timeout"]
+    if seconds is None:
+        return DCGM_DIAG_TIMEOUTS.get(module.params["dcgm_diag_level"], 0)
+    return seconds
+
+
+def observe_nics(module, commands, interfaces):
     nics = {}
+    seconds = module.params["command_timeout"]
     ethtool = module.get_bin_path("ethtool") if interfaces else None
     for name in interfaces:
         if not ethtool:
             nics[name] = {"driver": None, "version": None, "firmware": None,
                           "error": "ethtool not installed"}
             continue
-        rc, out, err = module.run_command([ethtool, "-i", name])
-        nics[name] = parse_ethtool_driver(out) if rc == 0 else {
-            "driver": None, "version": None, "firmware": None,
-            "error": (err or out).strip() or "ethtool -i exited %d" % rc}
+        rc, out, err = commands.run([ethtool, "-i", name], seconds)
+        if rc == 0:
+            nics[name] = parse_ethtool_driver(out)
+            continue
+        error = timeout_detail("ethtool -i %s" % name, seconds) if rc is None else (
+            (err or out).strip() or "ethtool -i exited %d" % rc)
+        nics[name] = {"driver": None, "version": None, "firmware": None, "error": error}
     return nics
 
 
-def observe_runtimes(module, wanted):
+def observe_runtimes(module, commands, wanted):
     runtimes = {}
+    seconds = module.params["command_timeout"]
     if "containerd" in wanted:
         binary = module.get_bin_path("containerd")
         state = {"installed": bool(binary), "runtimes": [], "error": None}
         if binary:
-            rc, out, err = module.run_command([binary, "config", "dump"])
+            rc, out, err = commands.run([binary, "config", "dump"], seconds)
             if rc == 0:
                 state["runtimes"] = parse_containerd_dump(out)
+            elif rc is None:
+                state["error"] = timeout_detail("containerd config dump", seconds)
             else:
                 state["error"] = "containerd config dump failed: %s" % (err.strip() or rc)
         runtimes["containerd"] = state
@@ -245,9 +345,12 @@ def observe_runtimes(module, wanted):
         binary = module.get_bin_path("docker")
         state = {"installed": bool(binary), "runtimes": [], "error": None}
         if binary:
-            rc, out, err = module.run_command([binary, "info", "--format", "{{json .Runtimes}}"])
+            rc, out, err = commands.run(
+                [binary, "info", "--format", "{{json .Runtimes}}"], seconds, "docker info")
             if rc == 0:
                 state["runtimes"] = sorted(json.loads(out or "{}") or {})
+            elif rc is None:
+                state["error"] = timeout_detail("docker info", seconds)
             else:
                 state["error"] = "docker info failed: %s" % (err.strip() or rc)
         runtimes["docker"] = state
@@ -282,6 +385,8 @@ def main():
             "pcie_gen": {"type": "int"},
             "pcie_width": {"type": "int"},
             "dcgm_diag_level": {"type": "int", "choices": [0, 1, 2, 3], "default": 0},
+            "dcgm_diag_timeout": {"type": "int"},
+            "command_timeout": {"type": "int", "default": 60},
             "nic_interfaces": {"type": "list", "elements": "str", "default": []},
             "min_temperature_headroom_c": {"type": "int", "default": 10},
             "min_power_headroom_pct": {"type": "float", "default": 5},
@@ -299,6 +404,11 @@ def main():
     if malformed:
         module.fail_json(msg="nvlink_pairs: %s not a pair of two GPU numbers (write them as '0-1')"
                          % ", ".join(repr(pair) for pair in malformed))
+    for name in ("command_timeout", "dcgm_diag_timeout"):
+        if params[name] is not None and params[name] < 1:
+            module.fail_json(
+                msg="%s: %d is not a number of seconds (1 or more)" % (name, params[name]))
+    commands = Commands(module)
     proc_version = read("/proc/driver/nvidia/version")
     gpu_count, nvswitches = pci_nvidia_devices()
     observed = {
@@ -307,12 +417,14 @@ def main():
         "nvswitch_count": nvswitches,
         "kernel_release": os.uname()[2],
         "kernel_module": parse_proc_version(proc_version) if proc_version else None,
-        "runtimes": observe_runtimes(module, params["container_runtimes"]),
-        "nics": observe_nics(module, params["nic_interfaces"]),
+        "runtimes": observe_runtimes(module, commands, params["container_runtimes"]),
+        "nics": observe_nics(module, commands, params["nic_interfaces"]),
     }
-    observed.update(observe_gpus(module))
-    if gpu_count or (observed["smi"] or {}).get("gpus"):
-        observed.update(observe_host(module, nvswitches))
+    observed.update(observe_gpus(module, commands))
+    # nvidia-smi that hangs is a GPU host whose GPU may have left the PCI bus.
+    if gpu_count or (observed["smi"] or {}).get("gpus") or "nvidia-smi" in commands.timed_out:
+        observed.update(observe_host(module, commands, nvswitches))
+    observed["timed_out"] = commands.timed_out
     report = evaluate(
         observed,
         {

@@ -46,6 +46,47 @@ _PER_GPU_CHECKS = GPU_CHECKS[3:12]
 UVM_DEVICES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 NO_GPU = "no GPU present"
 
+# What hangs each command the module runs, and where to look: said with the timeout so that the
+# report names the likely cause. A program missing here is reported without a hint.
+_HANG_HINTS = {
+    "nvidia-smi": "a GPU that fell off the bus or a wedged driver hangs it: check dmesg for Xid",
+    "dcgmi": (
+        "a wedged GPU or driver hangs the diagnostic: check dmesg for Xid and nv-hostengine "
+        "('systemctl status nvidia-dcgm'); a level that needs longer takes "
+        "gpu_node_check_dcgm_diag_timeout"
+    ),
+    "dkms": "a DKMS build or package install may still hold it: look for running dkms, make or apt",
+    "systemctl": "systemd does not answer: check 'systemctl status' and the journal",
+    "ethtool": "a wedged NIC driver or firmware hangs it: check dmesg for the interface",
+    "containerd": "check 'systemctl status containerd' and its journal",
+    "docker": "dockerd is stuck: check 'systemctl status docker' and its journal",
+}
+# The check that fails when the program did not answer (containerd, docker and ethtool report
+# theirs as the runtime's or the NIC's error).
+_TIMEOUT_CHECKS = {
+    "dkms": "dkms",
+    "systemctl": "fabric_manager",
+    "dcgmi": "dcgm_diag",
+}
+
+
+def timeout_detail(command: str, seconds: float, *, hint: bool = True) -> str:
+    """``nvidia-smi -q -x did not answer within 60 s (...)``: a command the module ended."""
+    program = command.split(" ")[0]
+    verb = "finish" if program == "dcgmi" else "answer"
+    text = f"{command} did not {verb} within {seconds:g} s"
+    if hint and program in _HANG_HINTS:
+        text += f" ({_HANG_HINTS[program]})"
+    return text
+
+
+def _timed_out(observed: dict[str, Any], program: str, *, hint: bool = True) -> str | None:
+    """The detail for ``program`` if one of its runs was ended, else None."""
+    entry = (observed.get("timed_out") or {}).get(program)
+    if not entry:
+        return None
+    return timeout_detail(entry["command"], entry["seconds"], hint=hint)
+
 
 def _text(node: ET.Element | None, path: str) -> str | None:
     if node is None:
@@ -382,7 +423,8 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
     "runtimes": [...]}}), kernel_release, dkms (parse_dkms_status, or None without dkms),
     uvm_devices ({path: exists}), nvswitch_count, fabric_manager ({"state": systemd's
     ActiveState or None}), dcgm ({"found", "rc", "output"} or None), nics ({iface:
-    parse_ethtool_driver}).
+    parse_ethtool_driver}), timed_out ({program: {"command", "seconds"}} for each program one
+    of whose runs did not answer in time and was ended; the check it feeds fails saying so).
     ``expect`` keys: driver_version, gpu_count (None: not asserted), mig_mode
     (enabled|disabled|any), persistence_mode (bool), min_temperature_headroom_c,
     min_power_headroom_pct, nvlink (bool or None), nvlink_pairs (["0-1", ...]),
@@ -393,7 +435,10 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
     gpus: list[dict[str, Any]] = list(smi.get("gpus") or [])
     header = observed.get("smi_header") or {}
     kernel = observed.get("kernel_module") or {}
-    gpu_present = bool(gpus) or int(observed.get("pci_gpu_count") or 0) > 0
+    smi_hung = _timed_out(observed, "nvidia-smi", hint=False)
+    # A GPU that fell off the bus may vanish from the PCI bus too, and hang nvidia-smi: that host
+    # has a GPU, whatever the bus says now.
+    gpu_present = bool(gpus) or int(observed.get("pci_gpu_count") or 0) > 0 or bool(smi_hung)
     nvml_version = smi.get("driver_version") or header.get("driver_version")
     driver = {
         "nvml_version": nvml_version,
@@ -401,7 +446,7 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
         "kernel_module_version": kernel.get("version"),
         "kernel_module_flavor": kernel.get("flavor"),
         "cuda_version": smi.get("cuda_version") or header.get("cuda_version"),
-        "smi_error": header.get("error") if not nvml_version else None,
+        "smi_error": (smi_hung or header.get("error")) if not nvml_version else None,
     }
     checks: list[dict[str, Any]] = []
     if gpu_present:
@@ -420,6 +465,13 @@ def evaluate(observed: dict[str, Any], expect: dict[str, Any]) -> dict[str, Any]
             observed.get("runtimes") or {}, list(expect.get("container_runtimes") or [])
         )
     )
+    # A command that was ended left its check without data: that check fails, saying why.
+    for program, name in _TIMEOUT_CHECKS.items():
+        detail = _timed_out(observed, program)
+        if detail:
+            for found in checks:
+                if found["name"] == name:
+                    found.update(status="fail", detail=detail)
     failed = [c["name"] for c in checks if c["status"] == "fail"]
     summary = "failed" if failed else ("ok" if gpu_present else NO_GPU)
     return {
@@ -455,15 +507,22 @@ def _gpu_checks(
     nvml = driver["nvml_version"]
     kernel = driver["kernel_module_version"]
     wanted = expect.get("driver_version")
+    # nvidia-smi that hangs (a GPU off the bus, a wedged driver) was ended: every later call would
+    # hang as well, so whatever it had not printed yet is unknown.
+    hung = _timed_out(observed, "nvidia-smi")
     if not observed.get("smi_found"):
         unusable = "nvidia-smi not found, though the PCI bus shows an NVIDIA GPU"
+    elif hung:
+        unusable = hung
     elif not nvml:
         unusable = f"nvidia-smi failed: {driver['smi_error'] or 'no output'}"
     else:
         unusable = ""
 
     if unusable:
-        checks.append(_check("driver_version", "fail", unusable, wanted, None))
+        # A banner read before a later call hung still tells which driver runs.
+        mismatch = f"driver {nvml} runs, {wanted} is pinned; " if nvml and nvml != wanted else ""
+        checks.append(_check("driver_version", "fail", mismatch + unusable, wanted, nvml))
     elif nvml != wanted:
         checks.append(
             _check(
@@ -483,7 +542,19 @@ def _gpu_checks(
                 None,
             )
         )
-    elif unusable or nvml != kernel:
+    elif not nvml and hung:
+        checks.append(
+            _check(
+                "nvml_kernel_match",
+                "skip",
+                "kernel module {} loaded; NVML not read: {}".format(
+                    kernel, _timed_out(observed, "nvidia-smi", hint=False)
+                ),
+                kernel,
+                None,
+            )
+        )
+    elif not nvml or nvml != kernel:
         checks.append(
             _check(
                 "nvml_kernel_match",
@@ -527,7 +598,8 @@ def _gpu_checks(
         checks.append(_check("gpu_count", "pass", f"{count} GPU(s)", expected_count, count))
 
     if not gpus:
-        reason = f"no per-GPU data: {unusable or 'nvidia-smi listed no GPU'}"
+        why = _timed_out(observed, "nvidia-smi", hint=False) or unusable
+        reason = f"no per-GPU data: {why or 'nvidia-smi listed no GPU'}"
         checks.extend(_check(name, "skip", reason) for name in _PER_GPU_CHECKS)
     else:
         checks.extend(
@@ -545,6 +617,7 @@ def _gpu_checks(
                     expect.get("nvlink"),
                     expect.get("nvlink_pairs"),
                     expect.get("nvlink_min_pairs"),
+                    _timed_out(observed, "nvidia-smi", hint=False),
                 ),
                 _temperature(gpus, int(expect.get("min_temperature_headroom_c") or 0)),
                 _power(gpus, float(expect.get("min_power_headroom_pct") or 0)),
@@ -760,6 +833,7 @@ def _topology(
     nvlink: bool | None,
     expected_pairs: list[str] | None,
     min_pairs: int | None,
+    smi_hung: str | None = None,
 ) -> dict[str, Any]:
     expected: dict[str, Any] = {}
     if nvlink is not None:
@@ -773,7 +847,8 @@ def _topology(
         return _check(
             "topology",
             "fail" if asserted else "skip",
-            "nvidia-smi topo -m gave no matrix" + (", NVLink expected" if asserted else ""),
+            (f"not read: {smi_hung}" if smi_hung else "nvidia-smi topo -m gave no matrix")
+            + (", NVLink expected" if asserted else ""),
             expected or nvlink,
             None,
         )

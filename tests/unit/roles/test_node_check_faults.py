@@ -315,3 +315,87 @@ def test_ethtool_driver_and_firmware(nnc: ModuleType) -> None:
         "version": "24.10-1.1.4",
         "firmware": "28.39.1002 (MT_0000000838)",
     }
+
+
+# Commands that did not answer -----------------------------------------------------------------
+
+
+def test_nvidia_smi_that_hung_fails_the_driver_check_naming_it(nnc: ModuleType, h200: Path) -> None:
+    """A GPU off the bus hangs nvidia-smi and may leave the PCI bus: still a GPU host, and the
+    check says what hung rather than a missing or mismatched driver."""
+    observed = observe(
+        nnc,
+        h200,
+        smi_header=nnc.parse_smi_header(""),
+        smi=None,
+        topology=None,
+        timed_out={"nvidia-smi": {"command": "nvidia-smi", "seconds": 60}},
+        **{**HEALTHY_HOST, "pci_gpu_count": 0},
+    )
+    report = nnc.evaluate(observed, EXPECT)
+    assert report["gpu_present"] is True
+    assert failed_on(report, "driver_version") == (
+        "nvidia-smi did not answer within 60 s (a GPU that fell off the bus or a wedged driver "
+        "hangs it: check dmesg for Xid)"
+    )
+    assert report["driver"]["smi_error"] == "nvidia-smi did not answer within 60 s"
+    found = check(report, "nvml_kernel_match")
+    assert (found["status"], found["detail"]) == (
+        "skip",
+        f"kernel module {PIN} loaded; NVML not read: nvidia-smi did not answer within 60 s",
+    )
+    assert check(report, "persistence_mode")["detail"] == (
+        "no per-GPU data: nvidia-smi did not answer within 60 s"
+    )
+    # The GPU that left the bus is missing from the count.
+    assert failed_on(report, "gpu_count") == "0 GPU(s) visible, 1 expected"
+    assert report["failed"] == ["driver_version", "gpu_count"]
+
+
+def test_nvidia_smi_that_hung_after_its_banner_keeps_the_driver_it_named(
+    nnc: ModuleType, h200: Path
+) -> None:
+    hung = {"nvidia-smi": {"command": "nvidia-smi topo -m", "seconds": 60}}
+    report = nnc.evaluate(
+        observe(nnc, h200, topology=None, timed_out=hung, **HEALTHY_HOST),
+        {**EXPECT, "driver_version": "570.1"},
+    )
+    assert failed_on(report, "driver_version").startswith(
+        f"driver {PIN} runs, 570.1 is pinned; nvidia-smi topo -m did not answer within 60 s ("
+    )
+    assert check(report, "nvml_kernel_match")["status"] == "pass"
+    assert check(report, "topology")["detail"] == (
+        "not read: nvidia-smi topo -m did not answer within 60 s"
+    )
+
+
+@pytest.mark.parametrize(
+    ("program", "command", "name", "data", "words"),
+    [
+        ("dkms", "dkms status", "dkms", {"dkms": []}, "did not answer within 60 s (a DKMS build"),
+        (
+            "systemctl",
+            "systemctl show nvidia-fabricmanager",
+            "fabric_manager",
+            {"nvswitch_count": 4, "fabric_manager": {"state": None}},
+            "did not answer within 60 s (systemd does not answer",
+        ),
+        (
+            "dcgmi",
+            "dcgmi diag -r 3",
+            "dcgm_diag",
+            {"dcgm": {"found": True, "rc": None, "output": ""}},
+            "did not finish within 3600 s (a wedged GPU or driver hangs the diagnostic",
+        ),
+    ],
+)
+def test_a_host_command_that_hung_fails_its_check_naming_it(
+    nnc: ModuleType, h200: Path, program: str, command: str, name: str, data: Any, words: str
+) -> None:
+    """Without the timeout the empty result would read as no DKMS module, Fabric Manager not
+    installed, or a diagnostic that passed no test."""
+    timed_out = {program: {"command": command, "seconds": 3600 if program == "dcgmi" else 60}}
+    observed = observe(nnc, h200, timed_out=timed_out, **{**HEALTHY_HOST, **data})
+    report = nnc.evaluate(observed, {**EXPECT, "dcgm_diag_level": 3})
+    assert failed_on(report, name).startswith(f"{command} {words}")
+    assert report["failed"] == [name]
