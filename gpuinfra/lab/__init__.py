@@ -14,7 +14,6 @@ removes exactly those, so a test suite's lab, a developer's lab and another deve
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -33,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from gpuinfra import processes
 from gpuinfra.errors import ToolError, UsageError
 from gpuinfra.paths import repo_root
 
@@ -370,20 +370,9 @@ def _run_bounded(cmd: list[str], seconds: float, env: dict[str, str]) -> tuple[i
     try:
         output, _ = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        _end_session(proc)
+        processes.end(proc)
         return None, ""
     return proc.returncode, output
-
-
-def _end_session(proc: subprocess.Popen[Any]) -> None:
-    """Kill ``proc``'s process group (a session of its own) and reap ``proc``. Its pipes are
-    closed, not read: what it started in a session of its own may hold them open for good."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    proc.wait()
 
 
 def _image_exists(name: str) -> bool:
@@ -458,7 +447,7 @@ def start_proxy(base: Path, port: int, config: str) -> None:
                 f"{': ' + said[-1].strip() if said else ''}); its logs are in {base / 'log'}"
             )
         if time.monotonic() > deadline:
-            _end_session(proc)
+            processes.end(proc)
             pid_file.unlink(missing_ok=True)
             raise ToolError(
                 f"apt-cacher-ng did not answer on 127.0.0.1:{port} within {PROXY_START_S:.0f} s "

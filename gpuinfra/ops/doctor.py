@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from gpuinfra import processes
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
 from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
 from gpuinfra.addons.triton import NAME as TRITON_NAME
@@ -185,18 +184,7 @@ def _exec_plugin_bounded(timeout: float) -> Iterator[None]:
                 raise ConfigException(f"exec: no credential within {limit:.0f} s") from None
 
         def _end(self) -> None:
-            try:
-                if self._own_session:
-                    os.killpg(self.pid, signal.SIGKILL)
-                else:
-                    self.kill()
-            except ProcessLookupError:
-                pass
-            # What the plugin started may hold its pipes open: they are closed, not read.
-            for pipe in (self.stdout, self.stderr):
-                if pipe is not None:
-                    pipe.close()
-            self.wait()
+            processes.end(self, group=self._own_session)
 
     limit = timeout
     shim = type("subprocess", (), {"Popen": BoundedPopen, "PIPE": subprocess.PIPE})

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuinfra import secrets
+from gpuinfra import processes, secrets
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
@@ -505,7 +505,7 @@ class Children:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _end_group(proc)
+            processes.end(proc)
             raise
         finally:
             with self._lock:
@@ -529,17 +529,6 @@ class Children:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _end_group(proc: subprocess.Popen[str]) -> None:
-    """Kill the process group ``proc`` leads, with what it started, and reap ``proc``. Its pipes
-    are closed, not read: a process it started in a session of its own may hold them open."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    proc.wait()
 
 
 def plan_in(
@@ -604,13 +593,13 @@ def _git_run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
         out, err = proc.communicate(timeout=GIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        _end_group(proc)
+        processes.end(proc)
         what = " ".join(args[:2] if args[0] == "worktree" else args[:1])
         raise ToolError(
             f"git {what} in {root} did not finish within {GIT_TIMEOUT_S:.0f} s"
         ) from None
     except BaseException:
-        _end_group(proc)
+        processes.end(proc)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
