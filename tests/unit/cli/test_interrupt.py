@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.unit.review.conftest import git
+from tests.unit.review.conftest import stand_in_repo, worktrees
 
 SLOW_PLANNER = """\
 import os, pathlib, sys, time
@@ -31,31 +30,7 @@ time.sleep(300)
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / "stacks").mkdir(parents=True)
-    for name in ("versions.yaml", "Pulumi.yaml"):
-        (root / name).write_text((ROOT / name).read_text())
-    for env in ("dev", "prod"):
-        name = f"Pulumi.{env}.yaml"
-        (root / "stacks" / name).write_text((ROOT / "stacks" / name).read_text())
-    review = root / "gpuinfra" / "review"
-    review.mkdir(parents=True)
-    for name in ("gpuinfra/__init__.py", "gpuinfra/review/__init__.py", "gpuinfra/review/plan.py"):
-        (root / name).write_text("")
-    (review / "__main__.py").write_text(SLOW_PLANNER)
-    git(root, "init", "--quiet", "--initial-branch=main")
-    git(root, "add", "--all")
-    git(root, "commit", "--quiet", "--message", "base")
-    return root
-
-
-def _worktrees(repo: Path) -> list[str]:
-    listed = git(repo, "worktree", "list", "--porcelain")
-    return [
-        line.removeprefix("worktree ")
-        for line in listed.splitlines()
-        if line.startswith("worktree ")
-    ]
+    return stand_in_repo(tmp_path / "repo", SLOW_PLANNER, envs=("dev", "prod"))
 
 
 def _ctrl_c_as_at_a_terminal() -> None:
@@ -99,7 +74,7 @@ def test_an_interrupted_diff_exits_130_and_leaves_no_worktree(
             assert time.monotonic() < deadline, "the plans never started"
             time.sleep(0.1)
         planners = [int(p.name) for p in started.iterdir()]
-        (base,) = [w for w in _worktrees(repo) if w != str(repo)]
+        (base,) = [w for w in worktrees(repo) if w != str(repo)]
         assert Path(base).is_dir()
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=30)
@@ -107,7 +82,7 @@ def test_an_interrupted_diff_exits_130_and_leaves_no_worktree(
         assert stderr.strip().splitlines()[-1] == "interrupted"
         assert "Traceback" not in stderr
         assert stdout == ""
-        assert _worktrees(repo) == [str(repo)]
+        assert worktrees(repo) == [str(repo)]
         assert not Path(base).exists()
         assert not Path(base).parent.exists(), "the temporary directory stayed"
         assert [pid for pid in planners if _alive(pid)] == [], "a plan outlived the interrupt"

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 
 from tests import servers
-from tests.conftest import ROOT, run_cli, run_main
+from tests.conftest import ROOT, run_cli, run_main, running
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
 H200_REPORT = ROOT / "tests" / "fixtures" / "h200-node-check.json"
@@ -558,16 +558,7 @@ def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
     assert err.splitlines() == [
         f"error: --kubeconfig {path}: the user's exec plugin failed: exec: no credential within 1 s"
     ]
-    assert [pid for pid in map(int, pids.read_text().split()) if _running(pid)] == []
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs: an ended process not yet reaped by its parent does not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
 
 
 def test_a_token_from_an_exec_plugin_reaches_the_api(tmp_path: Path) -> None:

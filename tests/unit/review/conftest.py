@@ -39,6 +39,32 @@ def git(repo: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
+def stand_in_repo(root: Path, planner: str, envs: tuple[str, ...] = ("dev",)) -> Path:
+    """A repository of one commit whose ``gpuinfra.review`` is ``planner``, with the stacks
+    ``envs`` and no more: diff plans each side with that side's own stand-in."""
+    (root / "stacks").mkdir(parents=True)
+    for name in ("versions.yaml", "Pulumi.yaml", *(f"stacks/Pulumi.{env}.yaml" for env in envs)):
+        (root / name).write_text((ROOT / name).read_text())
+    (root / "gpuinfra" / "review").mkdir(parents=True)
+    for name in ("__init__.py", "review/__init__.py", "review/plan.py"):
+        (root / "gpuinfra" / name).write_text("")
+    (root / "gpuinfra" / "review" / "__main__.py").write_text(planner)
+    git(root, "init", "--quiet", "--initial-branch=main")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "--message", "base")
+    return root
+
+
+def worktrees(repo: Path) -> list[str]:
+    """The paths of ``repo``'s worktrees, its own first."""
+    listed = git(repo, "worktree", "list", "--porcelain")
+    return [
+        line.removeprefix("worktree ")
+        for line in listed.splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
 @pytest.fixture(scope="session")
 def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git repository whose one commit is the working tree as it is now (tracked and new files)."""

@@ -19,7 +19,7 @@ from gpuinfra import catalog
 from gpuinfra.config import load_stack
 from gpuinfra.review import cost, diff
 from tests.conftest import ROOT, Result, run_cli, run_main, running
-from tests.unit.review.conftest import git
+from tests.unit.review.conftest import git, stand_in_repo, worktrees
 
 Clone = Callable[[str, Callable[[Path], None]], Path]
 
@@ -368,31 +368,6 @@ with open(os.environ["GPUINFRA_TEST_PIDS"], "w") as pids:
     pids.write(f"{os.getpid()} {helper.pid}")
 time.sleep(300)
 """
-
-
-def stand_in_repo(root: Path, planner: str) -> Path:
-    """A repository of one commit whose ``gpuinfra.review`` is ``planner``, a stack dev, no
-    more: diff plans each side with that side's own stand-in."""
-    (root / "stacks").mkdir(parents=True)
-    for name in ("versions.yaml", "Pulumi.yaml", "stacks/Pulumi.dev.yaml"):
-        (root / name).write_text((ROOT / name).read_text())
-    (root / "gpuinfra" / "review").mkdir(parents=True)
-    for name in ("__init__.py", "review/__init__.py", "review/plan.py"):
-        (root / "gpuinfra" / name).write_text("")
-    (root / "gpuinfra" / "review" / "__main__.py").write_text(planner)
-    git(root, "init", "--quiet", "--initial-branch=main")
-    git(root, "add", "--all")
-    git(root, "commit", "--quiet", "--message", "base")
-    return root
-
-
-def worktrees(repo: Path) -> list[str]:
-    listed = git(repo, "worktree", "list", "--porcelain")
-    return [
-        line.removeprefix("worktree ")
-        for line in listed.splitlines()
-        if line.startswith("worktree ")
-    ]
 
 
 def test_a_base_plan_that_never_ends_is_ended_with_what_it_started(
