@@ -649,6 +649,37 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     return site
 
 
+# ansible.cfg's ssh_args carry the SSH keepalives that declare a host that stops answering
+# unreachable within a minute. A site's ansible_ssh_args replaces that setting whole; its
+# ansible_ssh_common_args and ansible_ssh_extra_args are added to it.
+_KEEPALIVE = re.compile(r"ServerAliveInterval(?:\s*=\s*|\s+)([0-9]+)", re.IGNORECASE)
+
+
+def keepalive_warnings(site: Site) -> list[Problem]:
+    """Where the site's ``ansible_ssh_args`` drop the SSH keepalives ansible.cfg sets: one per
+    file that sets them."""
+    found: dict[str, Problem] = {}
+    for host in site.hosts.values():
+        value = host.vars.get("ansible_ssh_args")
+        if value is None or _templated(value):
+            continue
+        keepalive = _KEEPALIVE.search(str(value))
+        if keepalive is not None and int(keepalive.group(1)) > 0:
+            continue
+        file = host.origin.get("ansible_ssh_args", site.name)
+        found.setdefault(
+            file,
+            Problem(
+                file,
+                "ansible_ssh_args",
+                "drops ansible.cfg's SSH keepalives, so a host that stops answering holds the "
+                "run instead of failing in 60 s; add -o ServerAliveInterval=15 "
+                "-o ServerAliveCountMax=4 (or use ansible_ssh_common_args, which adds to them)",
+            ),
+        )
+    return list(found.values())
+
+
 def resolved_site(
     name: str,
     hosts: Mapping[str, Mapping[str, Any]],

@@ -192,6 +192,7 @@ def config_check(
     A prod stack or site whose pins are past their end of support fails the check (exit 1).
     """
     from gpuinfra import config, integrity
+    from gpuinfra import site as site_mod
 
     if (stack is None) == (site is None):
         raise UsageError("give exactly one of --stack ENV or --site DIR")
@@ -210,6 +211,8 @@ def config_check(
         checked = integrity.load_checked_site(site)
         for warning in checked.warnings:
             warn(f"{warning.object} {warning.path}: {warning.message}")
+        for problem in site_mod.keepalive_warnings(checked.site):
+            warn(str(problem))
         if problems := prod_support_problems(
             checked.site.environment,
             as_of,

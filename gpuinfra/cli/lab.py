@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra import lab as lab_mod
-from gpuinfra.cli.console import out
+from gpuinfra.cli.console import out, warn
 from gpuinfra.cli.options import (
     parse_out_file,
     parse_site,
@@ -204,6 +204,8 @@ def converge(
         site_dir = site
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
+    for problem in site_mod.keepalive_warnings(loaded):
+        warn(str(problem))
     inventory = loaded.inventory or site_dir / "hosts.yml"
     book = runner.find_playbook(playbook)
     # ansible-playbook reads this one too, beside --vault-password-file.

@@ -691,3 +691,52 @@ def test_config_check_counts_one_host_as_one(tmp_path: Path) -> None:
     result = run_cli("config", "check", "--site", str(path.parent), root=ROOT)
     assert result.code == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "site inventory: valid (1 host)"
+
+
+KEEPALIVE_WARNING = (
+    "ansible_ssh_args: drops ansible.cfg's SSH keepalives, so a host that stops answering holds "
+    "the run instead of failing in 60 s; add -o ServerAliveInterval=15 -o ServerAliveCountMax=4 "
+    "(or use ansible_ssh_common_args, which adds to them)"
+)
+
+
+@pytest.mark.parametrize(
+    ("connection", "warned"),
+    [
+        ({"ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=60s"}, True),
+        ({"ansible_ssh_args": "-o ServerAliveInterval=0 -o ServerAliveCountMax=4"}, True),
+        ({"ansible_ssh_args": "-o ServerAliveInterval=30 -o ServerAliveCountMax=3"}, False),
+        ({"ansible_ssh_args": "-oserveraliveinterval 10"}, False),
+        ({"ansible_ssh_args": "{{ site_ssh_args }}"}, False),
+        ({"ansible_ssh_common_args": "-o ProxyJump=bastion"}, False),
+        ({}, False),
+    ],
+    ids=["no-keepalive", "keepalive-off", "keepalive", "lowercase", "templated", "common", "none"],
+)
+def test_ssh_args_that_drop_the_keepalives_are_warned_once_per_file(
+    tmp_path: Path, roles: Path, connection: dict[str, object], warned: bool
+) -> None:
+    checked = site.load_site(make_site(tmp_path, connection), roles)
+    # Both hosts take the value from the same file: one warning names it.
+    expected = [f"mysite/group_vars/gpu_nodes/driver.yml: {KEEPALIVE_WARNING}"] if warned else []
+    assert [str(p) for p in site.keepalive_warnings(checked)] == expected
+
+
+def test_config_check_and_converge_warn_of_ssh_args_without_keepalives(tmp_path: Path) -> None:
+    site_dir = tmp_path / "mysite"
+    shutil.copytree(ROOT / "inventory" / "example", site_dir)
+    connection = site_dir / "group_vars" / "all" / "connection.yml"
+    connection.write_text(connection.read_text() + "ansible_ssh_args: -o ControlMaster=no\n")
+    line = f"warning: mysite/group_vars/all/connection.yml: {KEEPALIVE_WARNING}"
+
+    checked = run_cli("config", "check", "--site", "mysite", root=ROOT, cwd=tmp_path)
+    assert checked.code == 0, checked.stderr
+    assert line in checked.stdout.splitlines()
+    assert "site mysite: valid (2 hosts)" in checked.stdout
+
+    # converge warns before it touches a host: here it stops at the next check, the limit.
+    converged = run_cli(
+        "converge", "--site", "mysite", "--limit", "nowhere", root=ROOT, cwd=tmp_path
+    )
+    assert converged.code == 2
+    assert converged.stdout.splitlines()[0] == line
