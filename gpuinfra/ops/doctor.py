@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from gpuinfra import processes
 from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
@@ -40,10 +41,14 @@ from gpuinfra.ops.http import TIMEOUT_S, read_bounded, server
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip"]
+T = TypeVar("T")
 
 # How long a kubeconfig user's exec plugin may take to print its credential. The client waits
 # forever: a plugin that waits on a network that does not answer would hold the command.
 EXEC_PLUGIN_TIMEOUT_S = 30.0
+# How long reading the kubeconfig may take in all: its user's exec plugin, or the token refresh
+# of an OIDC auth-provider, which asks the issuer twice without a timeout of its own.
+CREDENTIALS_TIMEOUT_S = EXEC_PLUGIN_TIMEOUT_S + TIMEOUT_S
 DCGM_JOB = DCGM_EXPORTER_JOB
 # GPU Feature Discovery's count of the node's physical GPUs.
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -103,7 +108,15 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     try:
         # persist_config=False: a token the client refreshes is not written back to the file.
         with _exec_plugin_failures() as failures, _exec_plugin_bounded(EXEC_PLUGIN_TIMEOUT_S):
-            api = config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+            api = _within(
+                CREDENTIALS_TIMEOUT_S,
+                lambda: config.new_client_from_config(
+                    config_file=str(kubeconfig), persist_config=False
+                ),
+                f"--kubeconfig {kubeconfig}: the user's credentials did not load within "
+                f"{CREDENTIALS_TIMEOUT_S:.0f} s (an OIDC issuer or an exec plugin that does not "
+                "answer)",
+            )
     # The client reads the file as it finds it: YAML that does not parse, or a list or a
     # number where a mapping goes, fails inside it.
     except (
@@ -137,6 +150,30 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     finally:
         api.close()
     return found
+
+
+def _within(seconds: float, load: Callable[[], T], why: str) -> T:
+    """``load()``'s result, or ToolError(why) when it has not returned after ``seconds``.
+
+    The client's OIDC refresh waits on its sockets for good and cannot be interrupted: it runs
+    in a daemon thread, left behind when it does not return, which the command's exit ends."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(load())
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name="kubeconfig", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise ToolError(why)
+    if error:
+        raise error[0]
+    return result[0]
 
 
 @contextmanager

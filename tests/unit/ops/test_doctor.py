@@ -9,6 +9,7 @@ runs the same command on the cluster ``KUBECONFIG`` points at.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -559,6 +560,53 @@ def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
         f"error: --kubeconfig {path}: the user's exec plugin failed: exec: no credential within 1 s"
     ]
     assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+
+
+def _oidc_kubeconfig(path: Path, server: str, issuer: str) -> Path:
+    """A kubeconfig whose user's OIDC id-token has expired: the client refreshes it from
+    ``issuer`` before the first request."""
+    _kubeconfig(path, server)
+
+    def part(claims: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+
+    expired = f"{part({'alg': 'RS256'})}.{part({'iss': issuer, 'exp': 1})}.signature"
+    document = json.loads(path.read_text("utf-8"))
+    document["users"][0]["user"] = {
+        "auth-provider": {
+            "name": "oidc",
+            "config": {
+                "client-id": "gpuinfra",
+                "client-secret": "not-a-secret",
+                "id-token": expired,
+                "idp-issuer-url": issuer,
+                "refresh-token": "refresh",
+            },
+        }
+    }
+    path.write_text(json.dumps(document), "utf-8")
+    return path
+
+
+def test_an_oidc_issuer_that_never_answers_ends_the_check_by_its_bound(
+    silent_server: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuinfra.ops import doctor
+
+    monkeypatch.setattr(doctor, "CREDENTIALS_TIMEOUT_S", 1.0)
+    with servers.static({"/api/v1/nodes": _json(FIXTURES / "nodes.json")}) as url:
+        path = _oidc_kubeconfig(tmp_path / "kubeconfig", url, silent_server)
+        started = time.monotonic()
+        code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
+    assert time.monotonic() - started < 10
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"error: --kubeconfig {path}: the user's credentials did not load within 1 s (an OIDC "
+        "issuer or an exec plugin that does not answer)"
+    ]
 
 
 def test_a_token_from_an_exec_plugin_reaches_the_api(tmp_path: Path) -> None:
