@@ -122,6 +122,7 @@ import signal
 import socket
 import stat
 import subprocess
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nvidia_node_check import (
@@ -156,9 +157,11 @@ REAP_S = 2
 class Commands:
     """Runs each command in a session of its own, with a time limit.
 
-    A command that has not answered in time is killed with its whole process group and waited for
-    only briefly (REAP_S): a process stuck in the kernel cannot be reaped, and the module must not
-    wait with it. Its pipes are closed, not read: what it started may hold them open.
+    Its output goes to unnamed temporary files, read once the command itself has exited: a
+    process it left behind (a helper holding its stdout) neither delays the read nor turns an
+    answer into a timeout. A command that has not exited in time is killed with its whole process
+    group and waited for only briefly (REAP_S): a process stuck in the kernel cannot be reaped,
+    and the module must not wait with it.
     ``timed_out`` records the first such run of each program ({program: {command, seconds}}).
     """
 
@@ -170,20 +173,26 @@ class Commands:
     def run(self, argv, seconds, label=None):
         """(rc, stdout, stderr); rc is None when the command was killed after ``seconds``."""
         program = os.path.basename(argv[0])
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=self.env, close_fds=True, start_new_session=True)
-        except OSError as exc:
-            return 127, "", str(exc)
-        try:
-            out, err = proc.communicate(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            self.end(proc)
-            self.timed_out.setdefault(program, {
-                "command": label or " ".join([program, *argv[1:]]), "seconds": seconds})
-            return None, "", ""
-        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self.env,
+                    close_fds=True, start_new_session=True)
+            except OSError as exc:
+                return 127, "", str(exc)
+            try:
+                proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                self.end(proc)
+                self.timed_out.setdefault(program, {
+                    "command": label or " ".join([program, *argv[1:]]), "seconds": seconds})
+                return None, "", ""
+            return proc.returncode, self.text(out), self.text(err)
+
+    @staticmethod
+    def text(output):
+        output.seek(0)
+        return output.read().decode("utf-8", "replace")
 
     @staticmethod
     def end(proc):
@@ -191,8 +200,6 @@ class Commands:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
-        for pipe in (proc.stdout, proc.stderr):
-            pipe.close()
         try:
             proc.wait(timeout=REAP_S)
         except subprocess.TimeoutExpired:

@@ -286,6 +286,30 @@ def test_nvidia_smi_that_hangs_after_its_banner_is_named_with_its_arguments(
     assert_ended(smi)
 
 
+def test_an_answer_is_read_when_the_command_leaves_a_process_holding_its_output(
+    tmp_path: Path, h200: Path, hanging: Callable[..., Path]
+) -> None:
+    # nvidia-smi answers and exits, but a helper it started lives on with its stdout: the answer
+    # is complete when nvidia-smi exits, not when the pipe closes.
+    helpers = hanging("helper")
+    folder = tmp_path / "leaves"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    smi.write_text(
+        FAKE_SMI.format(h200=h200).replace("#!/bin/sh\n", f"#!/bin/sh\n{tmp_path}/hang/helper &\n")
+    )
+    smi.chmod(0o755)
+    start = time.monotonic()
+    result = run_module(tmp_path, folder, limit_s=60, command_timeout=10, mig_mode="disabled")
+    assert time.monotonic() - start < 10
+    report = result["report"]
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["driver_version"]["status"] == "pass", checks["driver_version"]
+    assert checks["pcie_link"]["status"] == "pass", checks["pcie_link"]
+    assert "did not answer" not in json.dumps(report)
+    assert pids_in(helpers), "the helper never started"
+
+
 def test_a_dcgm_diag_that_does_not_finish_fails_naming_its_level_and_limit(
     tmp_path: Path, fake_smi: Path, hanging: Callable[..., Path]
 ) -> None:
