@@ -300,3 +300,72 @@ def test_a_silent_mirror_fails_its_host_by_the_deadline_and_the_next_converge_re
         assert host.check_output("dpkg --audit") == ""
         assert package in host.check_output("apt-mark showhold").split()
         assert host.package(package).version == TOOLKIT.source.package_version
+
+
+HUNG_PACKAGE = "gpuinfra-test-hung-postinst"
+
+
+def _package_whose_configuration_hangs(dest: Path) -> Path:
+    """A .deb whose postinst never ends, as a maintainer script stuck on a device or a lock."""
+    tree = dest / HUNG_PACKAGE
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {HUNG_PACKAGE}\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: gpuinfra tests <tests@example.invalid>\n"
+        "Description: a postinst that does not end\n"
+    )
+    postinst = tree / "DEBIAN" / "postinst"
+    postinst.write_text("#!/bin/sh\nexec sleep 3600\n")
+    postinst.chmod(0o755)
+    deb = dest / f"{HUNG_PACKAGE}_1.0_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)],
+        check=True,
+        capture_output=True,
+    )
+    return deb
+
+
+def test_a_hung_repair_of_an_interrupted_run_fails_its_host_by_the_deadline(
+    second_converge: runner.RunResult,
+    lab_settings: lab.Settings,
+    inventory: Path,
+    nodes_playbook: Path,
+    tmp_path: Path,
+    cli: Any,
+) -> None:
+    assert second_converge.ok
+    victim = CONVERGED[0]
+    host = host_connection(lab_settings, victim)
+    package = "nvidia-container-toolkit"
+    deb = _package_whose_configuration_hangs(tmp_path)
+    site = _site_with(inventory, tmp_path, {"node_packages_deadline": STALL_DEADLINE})
+    try:
+        # What a run killed mid-transaction leaves: a package unpacked, not configured. An
+        # unheld package opens the toolkit's request, so that the package run, repairs first,
+        # takes place.
+        lab.podman("cp", str(deb), f"{victim}:/tmp/{deb.name}")
+        host.check_output(f"dpkg --unpack /tmp/{deb.name}")
+        host.check_output(f"apt-mark unhold {package}")
+        started = time.monotonic()
+        result = cli("converge", "--site", str(site), "--limit", victim)
+        took = time.monotonic() - started
+        # Brackets keep the patterns from matching the shell that runs pgrep.
+        leftover = host.run("pgrep -a -f '[s]leep 3600|[d]pkg --configure'")
+    finally:
+        host.run(f"dpkg --purge --force-all {HUNG_PACKAGE}; rm -f /tmp/{deb.name}")
+        repaired = runner.converge(nodes_playbook, inventory, limit=victim)
+
+    assert result.code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {victim}: failed at 'Packages | finish configuring unpacked packages': "
+        f"non-zero return code: dpkg --configure -a did not finish within {STALL_DEADLINE} s configuring "
+        f"{HUNG_PACKAGE}:all: a maintainer script hangs; see /var/log/dpkg.log and the processes "
+        "under dpkg, end them, then converge again"
+    ]
+    assert took < STALL_DEADLINE + 60, took
+    assert leftover.stdout.strip() == ""
+
+    assert repaired.ok, repaired.failures
+    assert host.check_output("dpkg --audit") == ""
+    assert package in host.check_output("apt-mark showhold").split()
