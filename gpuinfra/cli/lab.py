@@ -21,6 +21,7 @@ from gpuinfra.cli.options import (
     parse_out_file,
     parse_site,
     parse_vault_password_file,
+    parse_whole,
     vault_password_problem,
 )
 from gpuinfra.errors import CheckFailed, UsageError, excerpt
@@ -37,7 +38,8 @@ Prefix = Annotated[
 PortBase = Annotated[
     int | None,
     typer.Option(
-        help="Host N listens on 127.0.0.1:BASE+N (env GPUINFRA_LAB_PORT_BASE; default 2200)"
+        parser=parse_whole,
+        help="Host N listens on 127.0.0.1:BASE+N (env GPUINFRA_LAB_PORT_BASE; default 2200)",
     ),
 ]
 
@@ -54,7 +56,7 @@ _STATUS_STYLE = {
 
 @lab_app.command("up")
 def lab_up(
-    hosts: Annotated[int, typer.Option(help="How many hosts")] = 2,
+    hosts: Annotated[int, typer.Option(parser=parse_whole, help="How many hosts")] = 2,
     prefix: Prefix = None,
     port_base: PortBase = None,
     suite: Annotated[

@@ -17,6 +17,7 @@ import typer
 from gpuinfra.errors import excerpt
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_WHOLE = re.compile(r"-?[0-9]+")
 
 # ``--stack``: a stack is named for its environment, or <environment>-<suffix> (dev-alice).
 STACK_HELP = "A stack: dev, staging, prod or <environment>-<suffix> (stacks/Pulumi.<stack>.yaml)"
@@ -31,6 +32,19 @@ def parse_date(value: str) -> dt.date:
     except ValueError:
         pass
     raise typer.BadParameter(f"{excerpt(repr(value), 40)} is not a date (allowed: YYYY-MM-DD)")
+
+
+def parse_whole(value: str | int) -> int:
+    """A count or a number option: ASCII digits, a minus sign at most. Python's ``int`` also
+    reads ``1_000``, `` 8 `` and other scripts' digits, none of which a command line means.
+    (The option's default comes here as it is.)"""
+    if isinstance(value, int):
+        return value
+    if _WHOLE.fullmatch(value):
+        return int(value)
+    raise typer.BadParameter(
+        f"{excerpt(repr(value), 40)} is not a valid integer (allowed: digits, such as 8)"
+    )
 
 
 AsOf = Annotated[

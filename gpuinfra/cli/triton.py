@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from gpuinfra.cli.console import out, say
-from gpuinfra.cli.options import STACK_HELP, parse_site
+from gpuinfra.cli.options import STACK_HELP, parse_site, parse_whole
 from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -297,7 +297,9 @@ def canary(
     group: Annotated[str, typer.Argument(help="The serving group whose canary to weigh")],
     weight: Annotated[
         int | None,
-        typer.Argument(help="Percent of the group's traffic the canary gets, 0 to 100"),
+        typer.Argument(
+            parser=parse_whole, help="Percent of the group's traffic the canary gets, 0 to 100"
+        ),
     ] = None,
     stack: Annotated[str | None, typer.Option(help=STACK_HELP)] = None,
     site: Annotated[

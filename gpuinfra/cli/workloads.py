@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from gpuinfra.cli.console import out
+from gpuinfra.cli.options import parse_whole
 
 workloads_app = typer.Typer(
     help="Workload templates for the cluster's users.", no_args_is_help=True
@@ -22,10 +23,16 @@ def training(
         str, typer.Option(help="The nodes' gpuinfra.dev/gpu-type label (h100, l4)")
     ],
     queue: Annotated[str, typer.Option(help="The LocalQueue that admits the Job")] = "gpu",
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (one pod per node)")] = 8,
-    nodes: Annotated[int, typer.Option(help="Nodes (pods of the indexed Job)")] = 1,
+    gpus_per_node: Annotated[
+        int, typer.Option(parser=parse_whole, help="GPUs per node (one pod per node)")
+    ] = 8,
+    nodes: Annotated[
+        int, typer.Option(parser=parse_whole, help="Nodes (pods of the indexed Job)")
+    ] = 1,
     network: Annotated[str, typer.Option(help="efa, infiniband, roce or tcp")] = "tcp",
-    efa_interfaces: Annotated[int, typer.Option(help="EFA interfaces per node (network efa)")] = 0,
+    efa_interfaces: Annotated[
+        int, typer.Option(parser=parse_whole, help="EFA interfaces per node (network efa)")
+    ] = 0,
     socket_ifname: Annotated[
         str | None, typer.Option(help="The data network interface NCCL bootstraps over")
     ] = None,

@@ -226,10 +226,10 @@ def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
         return default
-    try:
+    # Digits only: int() would also read "2_200" or " 2200 ".
+    if re.fullmatch(r"[0-9]+", raw):
         return int(raw)
-    except ValueError:
-        raise UsageError(f"{name}={raw!r}: expected a port number") from None
+    raise UsageError(f"{name}={raw!r}: expected a port number")
 
 
 @dataclass(frozen=True)

@@ -1441,6 +1441,21 @@ CASES: list[Case] = [
     arg("lab-prefix-upper", ("lab", "up", "--prefix", "Bad_Lab"), "--prefix", "lowercase letters"),
     arg("lab-prefix-long", ("lab", "status", "--prefix", "a" * 300), "--prefix", "allowed: 1-40"),
     arg("lab-hosts-zero", ("lab", "up", "--hosts", "0"), "--hosts", "allowed 1-32"),
+    # int() reads these; nobody means them on a command line.
+    *(
+        arg(f"whole-number-{case_id}", argv, name, "allowed: digits, such as 8")
+        for case_id, argv, name in (
+            ("underscore", ("lab", "up", "--hosts", "1_0"), "--hosts"),
+            ("spaces", ("lab", "status", "--port-base", " 2400 "), "--port-base"),
+            ("fullwidth", ("workloads", "training", "t", "--nodes", "\uff12"), "--nodes"),
+            (
+                "decimal",
+                ("workloads", "training", "t", "--gpus-per-node", "8.0"),
+                "--gpus-per-node",
+            ),
+            ("canary-weight", ("triton", "canary", "main", "1_0", "--stack", "dev"), "weight"),
+        )
+    ),
     arg("stack-name-long", ("config", "check", "--stack", "x" * 300), "--stack", "letters, digits"),
     arg("stack-name-path", ("plan", "--stack", "../../etc/passwd"), "--stack", "letters, digits"),
     arg("stack-unknown", ("cost", "--stack", "dve"), "no stack 'dve'", "did you mean 'dev'"),

@@ -95,6 +95,17 @@ def test_a_proxy_port_apt_cacher_ng_cannot_listen_on_is_a_usage_error(
     assert lab.Settings.from_env().proxy_port == 32767
 
 
+@pytest.mark.parametrize("variable", ["GPUINFRA_LAB_PORT_BASE", "GPUINFRA_APT_PROXY_PORT"])
+@pytest.mark.parametrize("value", ["2_400", " 2400", "2400.0", "\uff12\uff14\uff10\uff10"])
+def test_a_port_in_the_environment_is_digits_only(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(UsageError) as error:
+        lab.Settings.from_env()
+    assert str(error.value) == f"{variable}={value!r}: expected a port number"
+
+
 def test_inventory_reaches_each_host_on_loopback(tmp_path: Path) -> None:
     shared_vars = tmp_path / "inventory" / "lab" / "group_vars"
     shared_vars.mkdir(parents=True)
