@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import pty
 import random
+import re
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +87,44 @@ def run_cli(*args: str, root: Path | None = None, cwd: Path | None = None) -> Re
         timeout=600,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_at_terminal(*args: str, root: Path, cwd: Path, timeout: float = 120) -> Result:
+    """Run ``gpuinfra`` with stdout and stderr on a terminal (a pty), as a person at a shell
+    does; ``stdout`` is what the terminal received, without its control sequences (colours,
+    cursor moves) and carriage returns. A command still running after ``timeout``
+    seconds is killed with its process group, and its code is -9."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuinfra", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        cwd=cwd,
+        env={**os.environ, "GPUINFRA_ROOT": str(root), "TERM": "xterm", "COLUMNS": "200"},
+        start_new_session=True,
+    )
+    os.close(follower)
+    seen = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([leader], [], [], left)[0]:
+                break
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # every writer has closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if proc.poll() is None and time.monotonic() >= deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(leader)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", seen.decode("utf-8", "replace"))
+    return Result(code, text, "")
 
 
 @pytest.fixture

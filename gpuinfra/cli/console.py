@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO, cast
 
 from rich.console import Console, RenderableType
+from rich.file_proxy import FileProxy
 from rich.text import Text
 
 from gpuinfra import secrets
@@ -37,6 +38,11 @@ class _Redacted(io.TextIOBase):
     @property
     def _target(self) -> TextIO:
         target: TextIO = getattr(sys, self._name)
+        # While a live view runs (converge, diff at a terminal), rich puts a proxy in sys.stdout
+        # and sys.stderr that prints through its console: writing there from the console would
+        # come back here, for good.
+        if isinstance(target, FileProxy):
+            return cast(TextIO, target.rich_proxied_file)
         return target
 
     def write(self, text: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Result, run_cli
+from tests.conftest import ROOT, Result, run_at_terminal, run_cli
 from tests.unit.lab.test_runner import CHECK_MODULE, PLAYBOOK
 
 
@@ -298,3 +298,20 @@ def test_converge_says_how_many_hosts_it_runs_on(
     result = _converge(tmp_path, str(tmp_path / "play.yml"), *limited)
     assert result.code == 0, result.stderr
     assert result.stdout.splitlines()[0] == line
+
+
+def test_at_a_terminal_converge_shows_its_live_view_and_ends(tmp_path: Path) -> None:
+    """At a terminal converge draws a live view of the hosts, and ends with the recap."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hosts.yml").write_text(
+        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
+        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
+    )
+    (tmp_path / "play.yml").write_text(PING)
+    result = run_at_terminal(
+        "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"),
+        root=ROOT, cwd=tmp_path, timeout=90,
+    )  # fmt: skip
+    assert result.code == 0, result.stdout
+    assert "converge: play.yml on site (1 host)" in result.stdout
+    assert "converge: successful in " in result.stdout
