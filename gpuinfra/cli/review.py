@@ -17,7 +17,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuinfra.cli.console import emit, render_text, warning
+from gpuinfra.cli.console import emit, err, render_text, warning
 from gpuinfra.cli.options import STACK_HELP, AsOf, parse_site
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
@@ -247,7 +247,18 @@ def register(app: typer.Typer) -> None:
                     "name under inventory/, at most 255 bytes)"
                 )
             only = diff_mod.Target("site", name)
-        report = diff_mod.diff(base, only=only)
+        if err.is_terminal:
+            # Each plan takes seconds: at a terminal a transient line says how far it is.
+            with err.status("diff: planning", spinner="line") as status:
+                report = diff_mod.diff(
+                    base,
+                    only=only,
+                    on_plan=lambda done, total, what: status.update(
+                        Text(f"diff: {done} of {total} plans done ({what})")
+                    ),
+                )
+        else:
+            report = diff_mod.diff(base, only=only)
         if fmt is ReviewFormat.json:
             emit(plan_mod.to_json(report.document()), out)
         elif fmt is ReviewFormat.markdown:

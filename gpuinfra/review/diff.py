@@ -10,6 +10,7 @@ documents (see ``gpuinfra.review.plan``) and knows nothing of how they were made
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -687,8 +688,11 @@ def diff(
     only: Target | None = None,
     root: Path | None = None,
     jobs: int = 2,
+    on_plan: Callable[[int, int, str], None] | None = None,
 ) -> Report:
-    """Plan ``base`` and the working tree; compare every stack and site, or only one."""
+    """Plan ``base`` and the working tree; compare every stack and site, or only one.
+
+    ``on_plan(done, total, what)`` is called as each plan ends (from the thread that ran it)."""
     root = root or repo_root()
     commit = resolve(base, root)
     # The repository may be a directory of a larger git repository: its base is the same
@@ -714,21 +718,26 @@ def diff(
         notes = () if plannable else (f"{base} predates `gpuinfra plan`: every target is new.",)
 
         children = Children()
+        jobs_list = [(side, t) for t in chosen for side in (base_root, root)]
+        done = itertools.count(1)
 
         def plan_job(job: tuple[Path, Target]) -> PlanResult:
             side, target = job
+            where = f"at {base}" if side == base_root else "in the working tree"
             if not plannable and side == base_root:
-                return PlanResult(None)
-            try:
-                return plan_in(side, target, children, timeout=PLAN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                where = f"at {base}" if side == base_root else "in the working tree"
-                raise ToolError(
-                    f"the plan of {target.label} {where} did not finish within "
-                    f"{PLAN_TIMEOUT_S:.0f} s"
-                ) from None
+                result = PlanResult(None)
+            else:
+                try:
+                    result = plan_in(side, target, children, timeout=PLAN_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    raise ToolError(
+                        f"the plan of {target.label} {where} did not finish within "
+                        f"{PLAN_TIMEOUT_S:.0f} s"
+                    ) from None
+            if on_plan is not None:
+                on_plan(next(done), len(jobs_list), f"{target.label} {where}")
+            return result
 
-        jobs_list = [(side, t) for t in chosen for side in (base_root, root)]
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             try:
                 results = list(pool.map(plan_job, jobs_list))

@@ -18,7 +18,7 @@ import yaml
 from gpuinfra import catalog
 from gpuinfra.config import load_stack
 from gpuinfra.review import cost, diff
-from tests.conftest import ROOT, Result, run_cli, run_main, running
+from tests.conftest import ROOT, Result, run_at_terminal, run_cli, run_main, running
 from tests.unit.review.conftest import git, stand_in_repo, worktrees
 
 Clone = Callable[[str, Callable[[Path], None]], Path]
@@ -416,3 +416,18 @@ def test_a_git_command_that_never_ends_is_ended_with_what_it_started(
     assert err.splitlines() == [f"error: git worktree add in {repo} did not finish within 2 s"]
     assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
     assert worktrees(repo) == [str(repo)]
+
+
+def test_at_a_terminal_diff_says_how_far_its_plans_are(clone: Clone) -> None:
+    """Each plan takes seconds: at a terminal a line counts them as they end, and the report
+    follows."""
+
+    def grow_dev(repo: Path) -> None:
+        replace(repo / "stacks" / "Pulumi.dev.yaml", "desiredSize: 0", "desiredSize: 1")
+
+    repo = clone("Grow the dev pool", grow_dev)
+    result = run_at_terminal("diff", "--base", "origin/main", "--stack", "dev", root=repo, cwd=repo)
+    assert result.code == 0, result.stdout
+    assert "diff: 1 of 2 plans done (stack dev " in result.stdout
+    assert "diff: 2 of 2 plans done (stack dev " in result.stdout
+    assert "desiredSize" in result.stdout
