@@ -16,7 +16,7 @@ import sys
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,7 @@ from rich.table import Table
 # typer (pinned) carries its own copy of click; its usage errors are these classes.
 from typer._click.exceptions import NoArgsIsHelpError
 from typer._click.exceptions import UsageError as ArgumentError
+from typer.core import TyperOption
 
 from gpuinfra import secrets
 from gpuinfra.cli.console import OutputClosed, err, out, say, warn
@@ -42,6 +43,16 @@ from gpuinfra.errors import (
 
 if TYPE_CHECKING:
     from gpuinfra import versions as versions_mod
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """A flag takes no value: its help row shows no type. Typer's plain help already leaves it
+    out; its rich help wrote ``--all <bool>``, which reads as an option that wants a value."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     help="Infrastructure as code for GPU clusters: versions, lab, plan, diff and cost.",

@@ -51,3 +51,17 @@ def test_help_shows_bracketed_text_as_written(path: list[str]) -> None:
     result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"})
     shown = " ".join(result.output.replace("│", " ").split())
     assert [m for m in written if " ".join(m.split()) not in shown] == []
+
+
+COMMANDS = [path for path, command in _commands(typer.main.get_command(app), [])]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "gpuinfra")
+def test_a_flag_shows_no_value_type_and_an_option_shows_its_own(path: list[str]) -> None:
+    """``--all`` takes no value: its row must not read ``--all <bool>``; ``--base`` takes a
+    string and says so."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    if path == ["diff"]:
+        assert re.search(r"--base\s+<str>", result.output), result.output
