@@ -30,6 +30,19 @@ DRIVER_PIN = versions.pinned().driver("distro").version
 TOOLKIT = versions.pinned().nvidia_container_toolkit
 
 
+def _answered_past_facts(event: runner.Event, progress: runner.Progress, host: str) -> str:
+    """The task ``event`` reports ``host`` answered, once the run is past fact gathering; ''
+    for any other event."""
+    data = event.get("event_data") or {}
+    if (
+        event.get("event") == "runner_on_ok"
+        and data.get("host") == host
+        and progress.tasks_started > 2
+    ):
+        return str(data.get("task"))
+    return ""
+
+
 def test_unreachable_host_fails_alone(
     second_converge: runner.RunResult,
     lab_settings: lab.Settings,
@@ -43,15 +56,9 @@ def test_unreachable_host_fails_alone(
 
     def stop_victim(event: runner.Event, progress: runner.Progress) -> None:
         # Once the victim has answered a task past fact gathering, its container goes away.
-        data = event.get("event_data") or {}
-        if (
-            not stopped
-            and event.get("event") == "runner_on_ok"
-            and data.get("host") == victim
-            and progress.tasks_started > 2
-        ):
+        if not stopped and (task := _answered_past_facts(event, progress, victim)):
             lab.podman("stop", "--time", "2", victim)
-            stopped.append(str(data.get("task")))
+            stopped.append(task)
 
     try:
         result = runner.converge(
@@ -86,15 +93,9 @@ def test_a_host_that_stops_answering_mid_run_fails_alone(
     frozen: list[str] = []
 
     def freeze_victim(event: runner.Event, progress: runner.Progress) -> None:
-        data = event.get("event_data") or {}
-        if (
-            not frozen
-            and event.get("event") == "runner_on_ok"
-            and data.get("host") == victim
-            and progress.tasks_started > 2
-        ):
+        if not frozen and (task := _answered_past_facts(event, progress, victim)):
             lab.podman("pause", victim)
-            frozen.append(str(data.get("task")))
+            frozen.append(task)
             watchdog.start()
 
     watchdog = threading.Timer(WATCHDOG_S, _thaw, args=(victim,))

@@ -110,10 +110,15 @@ def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path, signum: i
                 os.kill(pid, signal.SIGKILL)
 
 
-def _local_site(tmp_path: Path) -> Path:
+def _local_site(tmp_path: Path, hosts: tuple[str, ...] = ("alpha",)) -> Path:
+    """tmp_path/site: ``hosts``, each this machine, reached with the controller's Python."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "hosts.yml").write_text("all:\n  hosts:\n    alpha: {ansible_connection: local}\n")
+    listed = "".join(f"    {host}: {{ansible_connection: local}}\n" for host in hosts)
+    (site / "hosts.yml").write_text(
+        f"all:\n  hosts:\n{listed}"
+        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
+    )
     return site
 
 
@@ -287,12 +292,7 @@ PING = """
 def test_converge_says_how_many_hosts_it_runs_on(
     tmp_path: Path, limit: str | None, line: str
 ) -> None:
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "hosts.yml").write_text(
-        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
-        "    beta: {ansible_connection: local}\n"
-        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
-    )
+    _local_site(tmp_path, ("alpha", "beta"))
     (tmp_path / "play.yml").write_text(PING)
     limited = ["--limit", limit] if limit else []
     result = _converge(tmp_path, str(tmp_path / "play.yml"), *limited)
@@ -302,11 +302,7 @@ def test_converge_says_how_many_hosts_it_runs_on(
 
 def test_at_a_terminal_converge_shows_its_live_view_and_ends(tmp_path: Path) -> None:
     """At a terminal converge draws a live view of the hosts, and ends with the recap."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "hosts.yml").write_text(
-        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
-        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
-    )
+    _local_site(tmp_path)
     (tmp_path / "play.yml").write_text(PING)
     result = run_at_terminal(
         "converge", "--site", "site", "--playbook", str(tmp_path / "play.yml"),

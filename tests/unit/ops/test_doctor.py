@@ -54,15 +54,15 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield _kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig", url)
 
 
-def _kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig at ``path`` whose one context reaches ``server`` with a token."""
+def _kubeconfig(path: Path, server: str, user: dict[str, Any] | None = None) -> Path:
+    """A kubeconfig at ``path`` whose one context reaches ``server`` as ``user`` (a token)."""
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {"token": "recorded"}}],
+                "users": [{"name": "u", "user": user or {"token": "recorded"}}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
                 "current-context": "x",
             }
@@ -489,13 +489,8 @@ def test_a_directory_given_as_kubeconfig_is_named_as_one(tmp_path: Path) -> None
 
 def _exec_kubeconfig(path: Path, server: str, plugin: Path) -> Path:
     """A kubeconfig whose user's credential comes from the exec plugin ``plugin``."""
-    _kubeconfig(path, server)
-    document = json.loads(path.read_text("utf-8"))
-    document["users"][0]["user"] = {
-        "exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin)}
-    }
-    path.write_text(json.dumps(document), "utf-8")
-    return path
+    exec_plugin = {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin)}
+    return _kubeconfig(path, server, {"exec": exec_plugin})
 
 
 def _plugin(path: Path, body: str) -> Path:
@@ -565,14 +560,12 @@ def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
 def _oidc_kubeconfig(path: Path, server: str, issuer: str) -> Path:
     """A kubeconfig whose user's OIDC id-token has expired: the client refreshes it from
     ``issuer`` before the first request."""
-    _kubeconfig(path, server)
 
     def part(claims: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
 
     expired = f"{part({'alg': 'RS256'})}.{part({'iss': issuer, 'exp': 1})}.signature"
-    document = json.loads(path.read_text("utf-8"))
-    document["users"][0]["user"] = {
+    oidc = {
         "auth-provider": {
             "name": "oidc",
             "config": {
@@ -584,8 +577,7 @@ def _oidc_kubeconfig(path: Path, server: str, issuer: str) -> Path:
             },
         }
     }
-    path.write_text(json.dumps(document), "utf-8")
-    return path
+    return _kubeconfig(path, server, oidc)
 
 
 def test_an_oidc_issuer_that_never_answers_ends_the_check_by_its_bound(

@@ -370,6 +370,20 @@ time.sleep(300)
 """
 
 
+def assert_ended_by_its_bound(
+    capsys: pytest.CaptureFixture[str], repo: Path, pids: Path, line: str
+) -> None:
+    """``diff --base HEAD --stack dev`` in ``repo`` ends soon with exit 3 and ``line`` alone;
+    the processes whose PIDs ``pids`` holds are gone, and so is the base's worktree."""
+    started = time.monotonic()
+    code, out, err = run_main(capsys, "diff", "--base", "HEAD", "--stack", "dev")
+    assert time.monotonic() - started < 30
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [line]
+    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert worktrees(repo) == [str(repo)]
+
+
 def test_a_base_plan_that_never_ends_is_ended_with_what_it_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -381,13 +395,9 @@ def test_a_base_plan_that_never_ends_is_ended_with_what_it_started(
     monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
     monkeypatch.chdir(repo)
     monkeypatch.setattr(diff, "PLAN_TIMEOUT_S", 2)
-    started = time.monotonic()
-    code, out, err = run_main(capsys, "diff", "--base", "HEAD", "--stack", "dev")
-    assert time.monotonic() - started < 30
-    assert (code, out) == (3, "")
-    assert err.splitlines() == ["error: the plan of stack dev at HEAD did not finish within 2 s"]
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
-    assert worktrees(repo) == [str(repo)]
+    assert_ended_by_its_bound(
+        capsys, repo, pids, "error: the plan of stack dev at HEAD did not finish within 2 s"
+    )
 
 
 def test_a_git_command_that_never_ends_is_ended_with_what_it_started(
@@ -409,13 +419,9 @@ def test_a_git_command_that_never_ends_is_ended_with_what_it_started(
     monkeypatch.setenv("GPUINFRA_ROOT", str(repo))
     monkeypatch.chdir(repo)
     monkeypatch.setattr(diff, "GIT_TIMEOUT_S", 2)
-    started = time.monotonic()
-    code, out, err = run_main(capsys, "diff", "--base", "HEAD", "--stack", "dev")
-    assert time.monotonic() - started < 30
-    assert (code, out) == (3, "")
-    assert err.splitlines() == [f"error: git worktree add in {repo} did not finish within 2 s"]
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
-    assert worktrees(repo) == [str(repo)]
+    assert_ended_by_its_bound(
+        capsys, repo, pids, f"error: git worktree add in {repo} did not finish within 2 s"
+    )
 
 
 def test_at_a_terminal_diff_says_how_far_its_plans_are(clone: Clone) -> None:
