@@ -248,13 +248,14 @@ def register(app: typer.Typer) -> None:
                 )
             only = diff_mod.Target("site", name)
         if err.is_terminal:
-            # Each plan takes seconds: at a terminal a transient line says how far it is.
+            # Each plan takes seconds: at a terminal a transient line says how far it is. Naming
+            # the spinner draws the line at once: two plans that end together both show.
             with err.status("diff: planning", spinner="line") as status:
                 report = diff_mod.diff(
                     base,
                     only=only,
                     on_plan=lambda done, total, what: status.update(
-                        Text(f"diff: {done} of {total} plans done ({what})")
+                        Text(f"diff: {done} of {total} plans done ({what})"), spinner="line"
                     ),
                 )
         else:
