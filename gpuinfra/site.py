@@ -138,6 +138,8 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "node_packages_deadline": (1, 86400, "seconds, at most a day"),
     "node_packages_fetch_timeout": (1, 3600, "seconds, at most an hour"),
     "node_packages_fetch_retries": (0, 100, "tries"),
+    # 0 would be Ansible's "no limit" for a task's timeout.
+    "gpuinfra_kubernetes_timeout": (1, 3600, "seconds, at most an hour"),
     "ansible_port": (1, 65535, "a TCP port"),
     "ansible_ssh_port": (1, 65535, "a TCP port"),
 }

@@ -138,6 +138,17 @@ def repo_root() -> Path:
 
 
 @pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that takes connections and never answers: the kernel accepts them into
+    the listen backlog and nothing reads. Closing it at the end resets them, so a client left
+    waiting on one ends too."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture
 def closed_port() -> Iterator[int]:
     """A loopback port where connections are refused for the whole test.
 

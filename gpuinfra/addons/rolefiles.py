@@ -43,6 +43,12 @@ _SHARED: dict[str, dict[str, str]] = {
         "description": "Kubeconfig of the cluster on the host running the role. Defaults to "
         "$KUBECONFIG, else ~/.kube/config. Shared by the add-on roles.",
     },
+    "gpuinfra_kubernetes_timeout": {
+        "type": "int",
+        "description": "Seconds one step that calls the Kubernetes API server (or pulls a "
+        "chart) may take before it fails the run: a request, or one poll of a wait; a step that "
+        "waits gets its wait on top. 120 when unset. Shared by the add-on roles.",
+    },
     "gpuinfra_helm_timeout": {
         "type": "str",
         "description": "How long Helm waits for a release's resources to be ready (a Go "
@@ -54,7 +60,8 @@ _SHARED: dict[str, dict[str, str]] = {
         "(kube-prometheus-stack); ~/.cache/gpuinfra/charts when unset. Shared by the add-on roles.",
     },
 }
-_HELM = ("gpuinfra_kubeconfig", "gpuinfra_helm_timeout")
+_CLUSTER = ("gpuinfra_kubeconfig", "gpuinfra_kubernetes_timeout")
+_HELM = (*_CLUSTER, "gpuinfra_helm_timeout")
 
 _ROLES: dict[str, _Role] = {
     "prometheus_stack": _Role(
@@ -99,7 +106,7 @@ _ROLES: dict[str, _Role] = {
             "by the gpuinfra core (Triton has no chart), and uploads each model's config.pbtxt to "
             "an S3 model repository.",
         ),
-        ("gpuinfra_kubeconfig",),
+        _CLUSTER,
     ),
     "keda": _Role(
         "Install KEDA and scale idle GPU Deployments to zero from the gpuinfra add-on spec",

@@ -740,3 +740,21 @@ def test_config_check_and_converge_warn_of_ssh_args_without_keepalives(tmp_path:
     )
     assert converged.code == 2
     assert converged.stdout.splitlines()[0] == line
+
+
+@pytest.mark.parametrize("value", [0, -1, 3601, "2m", True])
+def test_a_kubernetes_timeout_that_would_not_bound_a_call_is_refused(
+    tmp_path: Path, roles: Path, value: object
+) -> None:
+    # 0 is Ansible's "no timeout" for a task: a call to a silent API server would wait for good.
+    # The add-on roles' specs declare the variable; the node roles read it too.
+    line = one_problem(tmp_path, ROOT / "roles", {"gpuinfra_kubernetes_timeout": value})
+    assert line.startswith(f"{DRIVER_YML}: gpuinfra_kubernetes_timeout: "), line
+    assert line.endswith("(allowed: 1 to 3600; seconds, at most an hour)"), line
+
+
+def test_a_kubernetes_timeout_in_seconds_is_accepted(tmp_path: Path, roles: Path) -> None:
+    loaded = site.load_site(
+        make_site(tmp_path, {"gpuinfra_kubernetes_timeout": "30"}), ROOT / "roles"
+    )
+    assert loaded.hosts["node-a"].vars["gpuinfra_kubernetes_timeout"] == 30

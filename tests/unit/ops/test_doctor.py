@@ -412,15 +412,8 @@ def test_a_server_that_is_not_the_kubernetes_api_is_one_line_and_exit_3(
 
 
 @pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A port that takes connections and never answers: the kernel accepts into the backlog."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.close()
+def silent_server(silent_port: int) -> str:
+    return f"http://127.0.0.1:{silent_port}"
 
 
 def test_a_kubernetes_api_that_never_answers_is_asked_once(

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,20 +52,23 @@ def inventory(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def kubeconfig(tmp_path: Path, closed_port: int) -> Path:
-    """A kubeconfig for an API server that is not there."""
-    path = tmp_path / "kubeconfig"
+def _kubeconfig(path: Path, port: int) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{closed_port}"}}],
+        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
         "users": [{"name": "gone", "user": {"token": "unused"}}],
         "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
         "current-context": "gone",
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path, closed_port: int) -> Path:
+    """A kubeconfig for an API server that is not there."""
+    return _kubeconfig(tmp_path / "kubeconfig", closed_port)
 
 
 def test_roles_receive_exactly_the_specs_render(
@@ -142,6 +146,33 @@ def test_unreachable_cluster_stops_in_preflight(
     assert "Traceback" not in output
     assert "changed=0" in output
     assert "Install or upgrade" not in output
+
+
+def test_an_api_server_that_never_answers_stops_the_run_at_its_bound(
+    tmp_path: Path, inventory: Path, silent_port: int
+) -> None:
+    """The kubernetes client sets no timeout of its own: without the task's, this run would wait
+    on the first request for good."""
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", silent_port)
+    started = time.monotonic()
+    proc = _run(
+        "playbooks/addons.yml",
+        "-e",
+        "gpuinfra_kubernetes_timeout=3",
+        kubeconfig=kubeconfig,
+        inventory=inventory,
+    )
+    took = time.monotonic() - started
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, output
+    assert (
+        f"Cannot reach the Kubernetes API server with {kubeconfig}: it did not answer within 3 s "
+        "(gpuinfra_kubernetes_timeout). Start the cluster"
+    ) in output
+    assert "changed=0" in output
+    assert "Install or upgrade" not in output
+    # Ansible's start and the failure's report on top of the 3 s.
+    assert took < 60, took
 
 
 def test_bad_setting_stops_before_any_add_on_runs(kubeconfig: Path, inventory: Path) -> None:

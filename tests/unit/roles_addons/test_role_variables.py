@@ -22,7 +22,12 @@ from gpuinfra.site import check_vars, role_specs
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
 # Connection settings every add-on role reads; they belong to no add-on's settings.
-SHARED = {"gpuinfra_kubeconfig", "gpuinfra_helm_timeout", "gpuinfra_chart_cache_dir"}
+SHARED = {
+    "gpuinfra_kubeconfig",
+    "gpuinfra_kubernetes_timeout",
+    "gpuinfra_helm_timeout",
+    "gpuinfra_chart_cache_dir",
+}
 
 
 def _yaml(path: Path) -> Any:
