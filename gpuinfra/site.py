@@ -657,16 +657,30 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
 _KEEPALIVE = re.compile(r"ServerAliveInterval(?:\s*=\s*|\s+)([0-9]+)", re.IGNORECASE)
 
 
-def keepalive_warnings(site: Site) -> list[Problem]:
+def _drops_keepalives(value: Any) -> bool:
+    keepalive = _KEEPALIVE.search(str(value))
+    return keepalive is None or int(keepalive.group(1)) == 0
+
+
+_KEEPALIVE_ADVICE = (
+    "drops ansible.cfg's SSH keepalives, so a host that stops answering holds the run instead "
+    "of failing in 60 s; add -o ServerAliveInterval=15 -o ServerAliveCountMax=4 (or use {common}, "
+    "which adds to them)"
+)
+
+
+def keepalive_warnings(site: Site, environ: Mapping[str, str] | None = None) -> list[Problem]:
     """Where the site's ``ansible_ssh_args`` drop the SSH keepalives ansible.cfg sets: one per
-    file that sets them."""
+    file that sets them; and ``ANSIBLE_SSH_ARGS`` in ``environ`` when it drops them for a host
+    whose inventory sets no ``ansible_ssh_args`` of its own (the inventory's value wins)."""
     found: dict[str, Problem] = {}
+    from_env = False
     for host in site.hosts.values():
         value = host.vars.get("ansible_ssh_args")
-        if value is None or _templated(value):
+        if value is None:
+            from_env = True
             continue
-        keepalive = _KEEPALIVE.search(str(value))
-        if keepalive is not None and int(keepalive.group(1)) > 0:
+        if _templated(value) or not _drops_keepalives(value):
             continue
         file = host.origin.get("ansible_ssh_args", site.name)
         found.setdefault(
@@ -674,12 +688,20 @@ def keepalive_warnings(site: Site) -> list[Problem]:
             Problem(
                 file,
                 "ansible_ssh_args",
-                "drops ansible.cfg's SSH keepalives, so a host that stops answering holds the "
-                "run instead of failing in 60 s; add -o ServerAliveInterval=15 "
-                "-o ServerAliveCountMax=4 (or use ansible_ssh_common_args, which adds to them)",
+                _KEEPALIVE_ADVICE.format(common="ansible_ssh_common_args"),
             ),
         )
-    return list(found.values())
+    warnings = list(found.values())
+    env_value = (environ or {}).get("ANSIBLE_SSH_ARGS")
+    if from_env and env_value is not None and _drops_keepalives(env_value):
+        warnings.append(
+            Problem(
+                "the environment",
+                "ANSIBLE_SSH_ARGS",
+                _KEEPALIVE_ADVICE.format(common="ANSIBLE_SSH_COMMON_ARGS"),
+            )
+        )
+    return warnings
 
 
 def resolved_site(

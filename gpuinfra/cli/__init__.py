@@ -222,7 +222,7 @@ def config_check(
         checked = integrity.load_checked_site(site)
         for warning in checked.warnings:
             warn(f"{warning.object} {warning.path}: {warning.message}")
-        for problem in site_mod.keepalive_warnings(checked.site):
+        for problem in site_mod.keepalive_warnings(checked.site, os.environ):
             warn(str(problem))
         if problems := prod_support_problems(
             checked.site.environment,

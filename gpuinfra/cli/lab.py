@@ -206,7 +206,7 @@ def converge(
         site_dir = site
     # A bad inventory value stops here, before any host is touched.
     loaded = site_mod.load_site(site_dir)
-    for problem in site_mod.keepalive_warnings(loaded):
+    for problem in site_mod.keepalive_warnings(loaded, os.environ):
         warn(str(problem))
     inventory = loaded.inventory or site_dir / "hosts.yml"
     book = runner.find_playbook(playbook)

@@ -722,6 +722,49 @@ def test_ssh_args_that_drop_the_keepalives_are_warned_once_per_file(
     assert [str(p) for p in site.keepalive_warnings(checked)] == expected
 
 
+ENV_KEEPALIVE_WARNING = (
+    "the environment: ANSIBLE_SSH_ARGS: drops ansible.cfg's SSH keepalives, so a host that stops "
+    "answering holds the run instead of failing in 60 s; add -o ServerAliveInterval=15 "
+    "-o ServerAliveCountMax=4 (or use ANSIBLE_SSH_COMMON_ARGS, which adds to them)"
+)
+
+
+@pytest.mark.parametrize(
+    ("connection", "environ", "warned"),
+    [
+        ({}, {"ANSIBLE_SSH_ARGS": "-o ControlMaster=auto"}, True),
+        ({}, {"ANSIBLE_SSH_ARGS": ""}, True),
+        ({}, {"ANSIBLE_SSH_ARGS": "-o ServerAliveInterval=20"}, False),
+        ({}, {"ANSIBLE_SSH_COMMON_ARGS": "-o ProxyJump=bastion"}, False),
+        # The inventory's value wins over the environment's for every host: nothing reads it.
+        ({"ansible_ssh_args": "-o ServerAliveInterval=15"}, {"ANSIBLE_SSH_ARGS": "-o X=y"}, False),
+    ],
+    ids=["no-keepalive", "empty", "keepalive", "common", "inventory-wins"],
+)
+def test_ssh_args_from_the_environment_that_drop_the_keepalives_are_warned(
+    tmp_path: Path,
+    roles: Path,
+    connection: dict[str, object],
+    environ: dict[str, str],
+    warned: bool,
+) -> None:
+    checked = site.load_site(make_site(tmp_path, connection), roles)
+    expected = [ENV_KEEPALIVE_WARNING] if warned else []
+    assert [str(p) for p in site.keepalive_warnings(checked, environ)] == expected
+
+
+def test_converge_warns_of_ssh_args_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(ROOT / "inventory" / "example", tmp_path / "mysite")
+    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o ControlMaster=no")
+    converged = run_cli(
+        "converge", "--site", "mysite", "--limit", "nowhere", root=ROOT, cwd=tmp_path
+    )
+    assert converged.code == 2
+    assert converged.stdout.splitlines()[0] == f"warning: {ENV_KEEPALIVE_WARNING}"
+
+
 def test_config_check_and_converge_warn_of_ssh_args_without_keepalives(tmp_path: Path) -> None:
     site_dir = tmp_path / "mysite"
     shutil.copytree(ROOT / "inventory" / "example", site_dir)
