@@ -866,6 +866,15 @@ CASES: list[Case] = [
         "valid integer",
         argv=("plan", "--stack", "dev", "--format", "json"),
     ),
+    # Over the environment's node cap: refused as config check refuses it, not planned and then
+    # failed by the policy pack's node-cap rule (exit 1, no file or key).
+    stack(
+        "plan-stack-over-policy",
+        sub(DEV, "maxSize: 2", "maxSize: 5"),
+        "nodePools[0].maxSize",
+        "allowed: 0 to 4",
+        argv=("plan", "--stack", "dev", "--format", "json"),
+    ),
     stack(
         "cost-stack-bad",
         sub(DEV, "environment: dev", "environment: prod"),
