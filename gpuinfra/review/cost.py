@@ -275,7 +275,13 @@ def _storage(cfg: StackConfig) -> list[CostLine]:
             unit_usd=prices[f"ebs:{cfg.storage.ebs_volume_type}"],
             quantity_desired=0,
             quantity_max=0,
-            note="billed per GB claimed through the StorageClass",
+            note="billed per GB claimed through the StorageClass"
+            + (
+                f", plus {cfg.storage.ebs_iops} provisioned IOPS per volume, which the price "
+                "table lacks"
+                if cfg.storage.ebs_volume_type == "io2"
+                else ""
+            ),
         ),
     ]
     fsx = cfg.storage.fsx

@@ -98,6 +98,18 @@ def test_fsx_priced_only_for_the_known_throughput_tier() -> None:
     assert unknown.monthly_desired_usd is None
 
 
+def test_io2_volumes_say_their_provisioned_iops_are_not_in_the_price() -> None:
+    storage = {"ebsVolumeType": "io2", "ebsIops": 16000, "fsx": {"enabled": False}}
+    io2 = line(cost.estimate(stack(**{"gpuinfra:storage": storage})), "EBS volumes claimed")
+    assert io2.item == "EBS volumes claimed by workloads (io2)"
+    assert io2.unit_usd == 0.125
+    assert io2.note.endswith(
+        ", plus 16000 provisioned IOPS per volume, which the price table lacks"
+    )
+    gp3 = line(cost.estimate(stack()), "EBS volumes claimed")
+    assert gp3.note == "billed per GB claimed through the StorageClass"
+
+
 def test_document_carries_the_date_and_source_of_each_price_table() -> None:
     document = cost.estimate(stack()).document()
     assert document["prices"]["instances"]["as_of"] == catalog.PRICE_DATE
