@@ -45,6 +45,25 @@ class Host:
 
 # The inventory file of a site directory, in the order they are looked for.
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
+# What Ansible given a site directory (``-i inventory/<site>``, as the README runs the plays)
+# skips instead of reading it as one more inventory source: hidden entries, the vars folders,
+# ansible.cfg's inventory_ignore_patterns (``tuning``) and ansible-core's default
+# inventory_ignore_extensions (a unit test keeps the two lists equal).
+ANSIBLE_SKIPPED_NAMES = ("host_vars", "group_vars", "vars_plugins", "tuning")
+ANSIBLE_SKIPPED_EXTENSIONS = (
+    ".pyc",
+    ".pyo",
+    ".swp",
+    ".bak",
+    "~",
+    ".rpm",
+    ".md",
+    ".txt",
+    ".rst",
+    ".orig",
+    ".cfg",
+    ".retry",
+)
 
 ENVIRONMENTS = ("dev", "staging", "prod")
 # The site-wide variable that names the environment a site serves, as a stack file's
@@ -438,6 +457,34 @@ def _site_names(root: Path) -> list[str]:
     return sorted(p.name for p in list_dir(inventory) if is_dir(p))
 
 
+def _refuse_other_inventories(path: Path, hosts_file: Path) -> None:
+    """Ansible given the directory reads every other entry as an inventory too (its hosts, its
+    variables); converge and config check read hosts.yml alone, so they would check and converge
+    a different site than ``ansible-playbook -i inventory/<site>`` runs on."""
+    others = sorted(
+        entry
+        for entry in path.iterdir()
+        if entry.name != hosts_file.name
+        and not entry.name.startswith(".")
+        and entry.name not in ANSIBLE_SKIPPED_NAMES
+        and not entry.name.endswith(ANSIBLE_SKIPPED_EXTENSIONS)
+    )
+    if others:
+        raise ConfigError(
+            [
+                Problem(
+                    display_path(entry),
+                    "",
+                    f"Ansible given the site directory reads it as one more inventory, which "
+                    f"converge and config check do not (allowed beside {hosts_file.name}: "
+                    "group_vars/, host_vars/ and files Ansible skips, such as *.md; move its "
+                    f"hosts and groups into {hosts_file.name})",
+                )
+                for entry in others
+            ]
+        )
+
+
 def load_site(path: Path, roles_dir: Path | None = None) -> Site:
     """Read an inventory directory; raise ConfigError listing every problem in its files."""
     if len(os.fsencode(path.name)) > 255 or not is_dir(path):
@@ -470,6 +517,8 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
             ]
         )
     hosts_file = present[0] if present else None
+    if hosts_file is not None:
+        _refuse_other_inventories(path, hosts_file)
     if hosts_file is None:
         raise ConfigError(
             [

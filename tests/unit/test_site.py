@@ -801,3 +801,52 @@ def test_a_kubernetes_timeout_in_seconds_is_accepted(tmp_path: Path, roles: Path
         make_site(tmp_path, {"gpuinfra_kubernetes_timeout": "30"}), ROOT / "roles"
     )
     assert loaded.hosts["node-a"].vars["gpuinfra_kubernetes_timeout"] == 30
+
+
+def _site_with_neighbours(tmp_path: Path) -> Path:
+    """A site whose directory holds, beside hosts.yml, what Ansible skips and one inventory more."""
+    root = make_site(tmp_path, {})
+    one_host = {"all": {"hosts": {"{name}": {"ansible_host": "127.0.0.1"}}}}
+    for name in ("README.md", "notes.txt", "hosts.yml.bak", "old.orig", ".hidden.yml"):
+        (root / name).write_text(yaml.safe_dump(one_host).replace("{name}", f"from-{name}"))
+    (root / "tuning").mkdir()
+    (root / "tuning" / "resnet50.yml").write_text(yaml.safe_dump(one_host))
+    (root / "extra.yml").write_text(yaml.safe_dump(one_host).replace("{name}", "node-x"))
+    return root
+
+
+def test_an_inventory_file_beside_hosts_yml_is_refused_naming_it(
+    tmp_path: Path, roles: Path
+) -> None:
+    root = _site_with_neighbours(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        site.load_site(root, roles)
+    assert [str(p) for p in info.value.problems] == [
+        "mysite/extra.yml: Ansible given the site directory reads it as one more inventory, "
+        "which converge and config check do not (allowed beside hosts.yml: group_vars/, "
+        "host_vars/ and files Ansible skips, such as *.md; move its hosts and groups into "
+        "hosts.yml)"
+    ]
+    (root / "extra.yml").unlink()
+    assert sorted(site.load_site(root, roles).hosts) == ["node-a", "node-b"]
+
+
+def test_what_the_check_lets_beside_hosts_yml_is_what_ansible_skips(tmp_path: Path) -> None:
+    """Ansible itself, given the directory, reads hosts.yml and extra.yml and nothing else."""
+    root = _site_with_neighbours(tmp_path)
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(root), "--list"],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    groups = json.loads(listed.stdout)
+    hosts = {host for group in groups.values() for host in group.get("hosts", [])}
+    assert sorted(hosts) == ["node-a", "node-b", "node-x"]
+    from ansible import constants
+
+    ansibles = (*constants.REJECT_EXTS, ".orig", ".cfg", ".retry")
+    assert ansibles == site.ANSIBLE_SKIPPED_EXTENSIONS
