@@ -179,12 +179,16 @@ def test_install_killed_midway_converges_on_next_run(
 
 
 def _site_with(lab_inventory: Path, dest: Path, values: dict[str, Any]) -> Path:
-    shutil.copy(lab_inventory, dest / "hosts.yml")
-    shutil.copytree(lab_inventory.parent / "group_vars", dest / "group_vars")
-    group_vars = dest / "group_vars" / "all.yml"
+    """dest/site: the lab's site with ``values`` over its group_vars/all.yml. A folder of its
+    own: anything else a test writes in ``dest`` would be one more inventory beside hosts.yml."""
+    site = dest / "site"
+    site.mkdir()
+    shutil.copy(lab_inventory, site / "hosts.yml")
+    shutil.copytree(lab_inventory.parent / "group_vars", site / "group_vars")
+    group_vars = site / "group_vars" / "all.yml"
     data = yaml.safe_load(group_vars.read_text()) or {}
     group_vars.write_text(yaml.safe_dump({**data, **values}))
-    return dest
+    return site
 
 
 @pytest.mark.parametrize(

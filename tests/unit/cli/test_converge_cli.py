@@ -26,14 +26,15 @@ def test_converge_reports_progress_tables_and_the_failed_host(
     (tmp_path / "library").mkdir()
     (tmp_path / "library" / "gpu_node_check.py").write_text(CHECK_MODULE)
     (tmp_path / "play.yml").write_text(PLAYBOOK)
-    (tmp_path / inventory).write_text(
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / inventory).write_text(
         "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
         "    beta: {ansible_connection: local}\n"
         "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
     )
     report = tmp_path / "report.json"
     result = cli(
-        "converge", "--site", str(tmp_path), "--playbook", str(tmp_path / "play.yml"),
+        "converge", "--site", str(tmp_path / "site"), "--playbook", str(tmp_path / "play.yml"),
         "--report-json", str(report),
     )  # fmt: skip
     assert result.code == 1
@@ -76,12 +77,9 @@ def test_ctrl_c_ends_the_playbook_not_only_the_command(tmp_path: Path, signum: i
     the command takes as Ctrl-C) must be passed on to it."""
     marker = "987.654"  # a sleep nobody else runs, to find the task's process by
     (tmp_path / "play.yml").write_text(SLOW_PLAYBOOK.format(marker=marker))
-    (tmp_path / "hosts.yml").write_text(
-        "all:\n  hosts:\n    alpha: {ansible_connection: local}\n"
-        "  vars: {ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
-    )
+    site = _local_site(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuinfra", "converge", "--site", str(tmp_path),
+        [sys.executable, "-m", "gpuinfra", "converge", "--site", str(site),
          "--playbook", str(tmp_path / "play.yml")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
