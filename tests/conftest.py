@@ -73,6 +73,18 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def left_running(pids_file: Path, grace: float = 5.0) -> list[int]:
+    """The processes listed in ``pids_file`` (numbers, whitespace apart) still running after
+    ``grace`` seconds. A process killed with SIGKILL ends on its own time: under load, the kernel
+    may still be tearing it down when the killer returns. One that was never killed (the tests'
+    helpers sleep for minutes) outlasts the grace."""
+    pids = [int(pid) for pid in pids_file.read_text().split()]
+    deadline = time.monotonic() + grace
+    while (left := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def run_cli(*args: str, root: Path | None = None, cwd: Path | None = None) -> Result:
     """Run ``gpuinfra`` as a user would, in a child process."""
     env = dict(os.environ)

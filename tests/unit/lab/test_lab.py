@@ -15,7 +15,7 @@ import pytest
 
 from gpuinfra import lab
 from gpuinfra.errors import ToolError, UsageError
-from tests.conftest import ROOT, run_cli, run_main, running
+from tests.conftest import ROOT, left_running, run_cli, run_main
 from tests.servers import free_port, tool
 
 
@@ -354,7 +354,7 @@ def test_an_apt_proxy_that_does_not_answer_is_ended_within_its_bound_in_one_line
         f"error: apt-cacher-ng did not answer on 127.0.0.1:{closed_port} within 1 s and was "
         f"ended; its logs are in {tmp_path}/cache/apt-cacher-ng/log"
     ]
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert left_running(pids) == []
     assert not (ROOT / ".lab" / "unitslowproxy").exists()
 
 

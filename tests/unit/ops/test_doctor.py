@@ -24,7 +24,7 @@ import kubernetes_validate
 import pytest
 
 from tests import servers
-from tests.conftest import ROOT, run_cli, run_main, running
+from tests.conftest import ROOT, left_running, run_cli, run_main
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
 H200_REPORT = ROOT / "tests" / "fixtures" / "h200-node-check.json"
@@ -547,7 +547,7 @@ def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
     assert err.splitlines() == [
         f"error: --kubeconfig {path}: the user's exec plugin failed: exec: no credential within 1 s"
     ]
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert left_running(pids) == []
 
 
 def _oidc_kubeconfig(path: Path, server: str, issuer: str) -> Path:

@@ -18,7 +18,7 @@ import yaml
 from gpuinfra import catalog
 from gpuinfra.config import load_stack
 from gpuinfra.review import cost, diff
-from tests.conftest import ROOT, Result, run_at_terminal, run_cli, run_main, running
+from tests.conftest import ROOT, Result, left_running, run_at_terminal, run_cli, run_main
 from tests.unit.review.conftest import git, stand_in_repo, worktrees
 
 Clone = Callable[[str, Callable[[Path], None]], Path]
@@ -380,7 +380,7 @@ def assert_ended_by_its_bound(
     assert time.monotonic() - started < 30
     assert (code, out) == (3, "")
     assert err.splitlines() == [line]
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert left_running(pids) == []
     assert worktrees(repo) == [str(repo)]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import running
+from tests.conftest import left_running
 
 from .conftest import ROOT, run_playbook_here
 
@@ -73,4 +73,4 @@ def test_a_daemon_that_never_answers_ends_the_try_and_the_next_one_counts(
         assert result.returncode == 2
         assert outcome["failed"] is True
         assert outcome["rc"] == 124
-    assert [pid for pid in map(int, pids.read_text().split()) if running(pid)] == []
+    assert left_running(pids) == []
