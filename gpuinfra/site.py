@@ -516,10 +516,7 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 )
             ]
         )
-    hosts_file = present[0] if present else None
-    if hosts_file is not None:
-        _refuse_other_inventories(path, hosts_file)
-    if hosts_file is None:
+    if not present:
         raise ConfigError(
             [
                 Problem(
@@ -529,6 +526,8 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
                 )
             ]
         )
+    hosts_file = present[0]
+    _refuse_other_inventories(path, hosts_file)
     problems: list[Problem] = []
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {}
@@ -723,11 +722,12 @@ def keepalive_warnings(site: Site, environ: Mapping[str, str] | None = None) -> 
     file that sets them; and ``ANSIBLE_SSH_ARGS`` in ``environ`` when it drops them for a host
     whose inventory sets no ``ansible_ssh_args`` of its own (the inventory's value wins)."""
     found: dict[str, Problem] = {}
-    from_env = False
+    # A host whose inventory sets no ansible_ssh_args takes ANSIBLE_SSH_ARGS, where it is set.
+    reads_env = False
     for host in site.hosts.values():
         value = host.vars.get("ansible_ssh_args")
         if value is None:
-            from_env = True
+            reads_env = True
             continue
         if _templated(value) or not _drops_keepalives(value):
             continue
@@ -742,7 +742,7 @@ def keepalive_warnings(site: Site, environ: Mapping[str, str] | None = None) -> 
         )
     warnings = list(found.values())
     env_value = (environ or {}).get("ANSIBLE_SSH_ARGS")
-    if from_env and env_value is not None and _drops_keepalives(env_value):
+    if reads_env and env_value is not None and _drops_keepalives(env_value):
         warnings.append(
             Problem(
                 "the environment",

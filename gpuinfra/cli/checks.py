@@ -25,9 +25,7 @@ def stack_warnings(stack: str, cfg: StackConfig) -> list[Finding]:
     from gpuinfra.loading import display_path
     from gpuinfra.review import policy
 
-    refused = policy.pool_findings(stack, cfg)
-    if refused:
-        raise ConfigError(refused)
+    policy.refuse_pools_over_limits(stack, cfg)
     return integrity.check_stack(cfg, display_path(config.stack_path(stack)))
 
 

@@ -20,7 +20,6 @@ from gpuinfra import config as config_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonRender
-from gpuinfra.errors import ConfigError
 from gpuinfra.loading import display_path, load_yaml
 from gpuinfra.paths import repo_root
 from gpuinfra.review import cost as cost_mod
@@ -204,9 +203,7 @@ def stack_plan(
     # The environment's node cap and instance types, as config check and cost refuse them: a
     # stack over its limits is a mistake in its file (exit 2), named by file and key, not a plan
     # that fails the policy pack's node-cap rule after it is drawn.
-    refused = policy_mod.pool_findings(env, cfg, root)
-    if refused:
-        raise ConfigError(refused)
+    policy_mod.refuse_pools_over_limits(env, cfg, root)
     pins = versions_mod.pinned(root)
     renders = addons.render_all(cfg.addons, versions=pins)
     # Whether the cluster can run what it declares: an error stops the plan (exit 2).

@@ -220,6 +220,14 @@ def pool_findings(stack: str, cfg: StackConfig, root: Path | None = None) -> lis
     ]
 
 
+def refuse_pools_over_limits(stack: str, cfg: StackConfig, root: Path | None = None) -> None:
+    """Raise ConfigError (exit 2) naming each of ``pool_findings``: what config check, cost and
+    plan refuse before they read the stack any further."""
+    refused = pool_findings(stack, cfg, root)
+    if refused:
+        raise ConfigError(refused)
+
+
 ResourceRule = Callable[[Resource, Limits], list[str]]
 StackRule = Callable[[Sequence[Resource], Limits], list[str]]
 
