@@ -124,7 +124,7 @@ class Progress:
         elif kind == "runner_on_unreachable" and name:
             state = self.host(name)
             state.unreachable = True
-            state.last_error = _message(data.get("res") or {})
+            state.last_error = _unreachable_message(data.get("res") or {})
             self.failures.append(
                 Failure(name, str(data.get("task", "")), state.last_error, unreachable=True)
             )
@@ -158,6 +158,17 @@ def _message(res: dict[str, Any]) -> str:
     if msg and url and url not in msg:
         return f"{msg} ({url})"
     return msg or "no message"
+
+
+def _unreachable_message(res: dict[str, Any]) -> str:
+    msg = _message(res)
+    if "Host key verification failed" in msg:
+        return (
+            f"{msg} The host's key is not in known_hosts, or differs from the one recorded "
+            "there: compare its fingerprint with the host's own (ssh-keygen -lf on the host), "
+            "then record it (ssh-keyscan -p PORT ADDRESS >> ~/.ssh/known_hosts)"
+        )
+    return msg
 
 
 def recap_from_stats(stats: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -341,9 +352,13 @@ def converge(
     # ansible-playbook lives beside this interpreter, in the project's virtual environment,
     # which need not be activated.
     path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    config = root / "ansible.cfg"
     envvars = {
         # ansible.cfg holds pipelining, ControlPersist and the fact cache.
-        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(config),
+        # ansible-runner turns host key checking off unless this is set, which would let anyone
+        # in the network path answer for a site's hosts: pass what ansible-playbook would use.
+        "ANSIBLE_HOST_KEY_CHECKING": str(host_key_checking(config)),
         "ANSIBLE_NOCOLOR": "1",
         "PATH": path,
     }
@@ -377,6 +392,14 @@ def converge(
         reports=progress.reports,
         artifact_dir=Path(runner.config.artifact_dir),
     )
+
+
+def host_key_checking(config: Path) -> bool:
+    """Whether ansible-playbook checks host keys with ``config``: ansible.cfg's
+    ``host_key_checking``, or ``ANSIBLE_HOST_KEY_CHECKING`` from the environment when set."""
+    from ansible.config.manager import ConfigManager
+
+    return bool(ConfigManager(str(config.resolve())).get_config_value("HOST_KEY_CHECKING"))
 
 
 def _run(

@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuinfra import lab
+from gpuinfra.lab import runner
 
 from .conftest import ROOT
 
@@ -45,6 +48,20 @@ def test_ansible_cfg_checks_host_keys() -> None:
     args = str(ssh["ssh_args"])
     assert "StrictHostKeyChecking" not in args
     assert "UserKnownHostsFile" not in args
+
+
+def test_the_runner_passes_ansible_cfg_s_host_key_checking_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless it is given a value; a converge
+    # gives it the one ansible-playbook would use (tests/lab/test_host_keys.py runs it on SSH).
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    assert runner.host_key_checking(ROOT / "ansible.cfg") is True
+    relaxed = tmp_path / "ansible.cfg"
+    relaxed.write_text("[defaults]\nhost_key_checking = False\n")
+    assert runner.host_key_checking(relaxed) is False
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "false")
+    assert runner.host_key_checking(ROOT / "ansible.cfg") is False
 
 
 def test_only_the_lab_inventory_relaxes_host_key_checking(tmp_path: Path) -> None:
