@@ -867,7 +867,6 @@ def down(settings: Settings) -> list[str]:
     if removed:
         podman("rm", "--force", "--time", "5", *removed)
     _stop_repo_server(settings)
-    forget_facts(settings.root / ".lab" / "facts", removed)
     settings.hosts_file.unlink(missing_ok=True)
     if settings.state_dir.exists():
         shutil.rmtree(settings.state_dir)
@@ -875,21 +874,6 @@ def down(settings: Settings) -> list[str]:
     if not podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").strip():
         stop_proxy(settings.proxy_port)
     return removed
-
-
-def forget_facts(cache: Path, names: list[str]) -> list[Path]:
-    """Remove the cached facts of these hosts, so a new host by the same name gathers its own.
-
-    ansible-core's jsonfile cache names a host's file after the host, behind a schema prefix
-    (``s1_<host>`` in 2.19); a cache written by an older release has no prefix.
-    """
-    if not names or not cache.is_dir():
-        return []
-    wanted = re.compile(rf"(s\d+_)?({'|'.join(map(re.escape, names))})")
-    forgotten = [f for f in cache.iterdir() if wanted.fullmatch(f.name)]
-    for path in forgotten:
-        path.unlink(missing_ok=True)
-    return forgotten
 
 
 def restart_host(settings: Settings, host: Host) -> None:

@@ -354,7 +354,7 @@ def converge(
     path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
     config = root / "ansible.cfg"
     envvars = {
-        # ansible.cfg holds pipelining, ControlPersist and the fact cache.
+        # ansible.cfg holds pipelining, ControlPersist and how facts are gathered.
         "ANSIBLE_CONFIG": str(config),
         # ansible-runner turns host key checking off unless this is set, which would let anyone
         # in the network path answer for a site's hosts: pass what ansible-playbook would use.
@@ -428,8 +428,8 @@ def _run(
         artifact_dir=str(root / ".lab" / "runner"),
         project_dir=str(root),
         playbook=str(playbook),
-        # ansible-runner keeps facts per run by default; the shared cache spares re-gathering.
-        fact_cache=str(root / ".lab" / "facts"),
+        # Facts last one run (ansible.cfg); ansible-runner would otherwise write them to files.
+        fact_cache_type="memory",
         inventory=str(inventory.resolve()),
         limit=limit,
         tags=tags,

@@ -49,7 +49,7 @@ log "installing ansible-core from wheels"
 "${PIP[@]}" install --quiet --no-index --find-links "$WHEELS" ansible-core 2>&1 | tee -a "$OUT/run.log"
 
 export LC_ALL=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
-export ANSIBLE_FACT_CACHING=memory ANSIBLE_LOCAL_TEMP="$WORK/ansible-local"
+export ANSIBLE_LOCAL_TEMP="$WORK/ansible-local"
 BECOME=true
 [ "$(id -u)" -eq 0 ] && BECOME=false
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import testinfra
+import yaml
 
 from gpuinfra import lab, versions
 from gpuinfra.lab import aptrepo, runner
 
-from .conftest import PREFIX, host_connection, side_lab, side_lab_running
+from .conftest import CONVERGED, PREFIX, host_connection, side_lab, side_lab_running
 
 pytestmark = pytest.mark.lab
 
@@ -90,3 +91,50 @@ def test_a_second_converge_changes_nothing(
     second = converges[1]
     assert second.ok, second.failures
     assert second.changed() == {HOST: 0}
+
+
+def _site_of_one(folder: Path, settings: lab.Settings, lab_host: str, name: str) -> Path:
+    """A site whose one GPU node, called ``name``, is ``lab_host``."""
+    port = next(h.port for h in lab.hosts(settings) if h.name == lab_host)
+    hosts = folder / "hosts.yml"
+    folder.mkdir(parents=True)
+    node = {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": port,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(settings.key_file),
+        "ansible_ssh_common_args": lab.LAB_SSH_ARGS,
+    }
+    hosts.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {name: node}}}}}))
+    return hosts
+
+
+def _expected_driver(result: runner.RunResult, name: str) -> str:
+    checks = {c["name"]: c for c in result.reports[name]["checks"]}
+    return str(checks["driver_version"]["expected"])
+
+
+def test_a_host_named_like_another_sites_is_judged_on_its_own_release(
+    tmp_path: Path,
+    repo_root: Path,
+    trixie_settings: lab.Settings,
+    trixie_inventory: Path,
+    lab_settings: lab.Settings,
+    lab_hosts: list[lab.Host],
+) -> None:
+    """Two sites that both call a host gpu-01 must not lend each other its facts, nor may a host
+    reinstalled or upgraded to another release keep those of its old one: a fact cache kept
+    between runs, under the inventory name alone, did both (decision 0092)."""
+    del trixie_inventory, lab_hosts
+    name = f"{PREFIX}-samename"
+    bookworm_site = _site_of_one(tmp_path / "bookworm", lab_settings, CONVERGED[0], name)
+    trixie_site = _site_of_one(tmp_path / "trixie", trixie_settings, HOST, name)
+    check = repo_root / "playbooks" / "check.yml"
+    on_bookworm = runner.converge(check, bookworm_site)
+    on_trixie = runner.converge(check, trixie_site)
+
+    assert _expected_driver(on_bookworm, name) == PINS.driver("distro").version
+    # The second site's host is another machine on another release: its facts are its own (its
+    # Python too: bookworm's python3.11 is not on trixie), and the node check expects the build
+    # pinned for trixie.
+    assert _expected_driver(on_trixie, name) == DRIVER.version

@@ -141,21 +141,6 @@ def test_lab_up_refuses_a_host_count_out_of_range(cli) -> None:  # type: ignore[
     assert result.stderr.strip() == "error: --hosts 0: allowed 1-32"
 
 
-def test_forget_facts_removes_the_named_hosts_cached_facts_only(tmp_path: Path) -> None:
-    # A new lab reuses host names: facts cached for the old hosts would stand in for the new ones
-    # for an hour (fact_caching_timeout), and gathering = smart would not read them again.
-    cache = tmp_path / "facts"
-    cache.mkdir()
-    for name in ("s1_lab-1", "lab-2", "s1_lab-11", "s1_other-1", "s1_xlab-1"):
-        (cache / name).write_text("{}")
-
-    forgotten = lab.forget_facts(cache, ["lab-1", "lab-2"])
-
-    assert sorted(p.name for p in forgotten) == ["lab-2", "s1_lab-1"]
-    assert sorted(p.name for p in cache.iterdir()) == ["s1_lab-11", "s1_other-1", "s1_xlab-1"]
-    assert lab.forget_facts(tmp_path / "absent", ["lab-1"]) == []
-
-
 def test_the_lab_site_plans_without_an_integrity_error(tmp_path: Path) -> None:
     """The main job ends with the lab site's plan: its inventory, with the committed group_vars,
     must hold together (the lab's hosts are no cluster's GPU nodes)."""

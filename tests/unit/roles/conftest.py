@@ -59,7 +59,6 @@ def run_playbook_here(
         text=True,
         env={
             **os.environ,
-            "ANSIBLE_FACT_CACHING": "memory",
             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible"),
             "ANSIBLE_NOCOLOR": "1",
             **(env or {}),

@@ -138,7 +138,6 @@ def _play(
         **os.environ,
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections"),
-        "ANSIBLE_FACT_CACHING": "memory",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible"),
         "ANSIBLE_NOCOLOR": "1",
         "KUBECONFIG": str(kubeconfig),

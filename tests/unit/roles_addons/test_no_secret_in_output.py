@@ -47,7 +47,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         envvars={
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
             "ANSIBLE_COLLECTIONS_PATH": str(tmp / "collections"),
-            "ANSIBLE_FACT_CACHING": "memory",
             "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible"),
             "ANSIBLE_NOCOLOR": "1",
             "KUBECONFIG": str(tmp / "kubeconfig"),
