@@ -397,7 +397,7 @@ def converge(
 def host_key_checking(config: Path) -> bool:
     """Whether ansible-playbook checks host keys with ``config``: ansible.cfg's
     ``host_key_checking``, or ``ANSIBLE_HOST_KEY_CHECKING`` from the environment when set."""
-    from ansible.config.manager import ConfigManager
+    from ansible.config.manager import ConfigManager  # type: ignore[import-untyped]
 
     return bool(ConfigManager(str(config.resolve())).get_config_value("HOST_KEY_CHECKING"))
 
