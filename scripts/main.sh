@@ -15,6 +15,7 @@ cat <<'NEXT'
 Next steps, from this directory:
   ssh -i .lab/gpuinfra-lab/id_ed25519 -p 2201 root@127.0.0.1       log in to the first lab host
   .venv/bin/gpuinfra converge --playbook check.yml                   the node check alone, again
+  .venv/bin/gpuinfra converge --check                                what a converge would change (nothing)
   .venv/bin/gpuinfra converge                                        converge again: changed=0
   .venv/bin/gpuinfra lab down                                        remove the lab hosts
   bash scripts/test.sh                                               every linter and test CI runs

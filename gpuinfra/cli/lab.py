@@ -188,6 +188,14 @@ def converge(
             help="Decrypts the site's Ansible Vault values (or ANSIBLE_VAULT_PASSWORD_FILE)",
         ),
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Change nothing: show what a run would change on each host, with each file's "
+            "difference; exit 1 when something would change",
+        ),
+    ] = False,
 ) -> None:
     """Run a playbook on a site with a live view; end with the recap and node check tables."""
     from gpuinfra import site as site_mod
@@ -220,7 +228,8 @@ def converge(
     started = time.monotonic()
     count = f"{len(targets)} of {len(loaded.hosts)}" if limit is not None else len(targets)
     hosts = "host" if count == 1 else "hosts"
-    out.print(f"converge: {book.name} on {loaded.name} ({count} {hosts})")
+    mode = " in check mode: nothing on the hosts is changed" if check else ""
+    out.print(f"converge: {book.name} on {loaded.name} ({count} {hosts}){mode}")
     if out.is_terminal:
         live = Live(console=out, refresh_per_second=4, transient=False)
         with live:
@@ -230,6 +239,7 @@ def converge(
                 limit=limit,
                 on_event=lambda _e, p: live.update(_live_view(p, started)),
                 vault_password_file=vault_password_file,
+                check=check,
             )
     else:
         shown: dict[str, str] = {}
@@ -237,18 +247,27 @@ def converge(
             book,
             inventory,
             limit=limit,
-            on_event=lambda e, p: _log_line(out, e, p, started, shown),
+            on_event=lambda e, p: _log_line(out, e, p, started, shown, check),
             vault_password_file=vault_password_file,
+            check=check,
         )
     out.print(recap_table(result))
     for host, report in sorted(result.reports.items()):
         out.print(report_table(host, report))
+    if check:
+        for change in result.changes:
+            out.print(
+                f"would change: {escape(change.host)}: {escape(change.task)}", highlight=False
+            )
+            for line in change.diff.splitlines():
+                out.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     if report_json is not None:
         document = {
             "status": result.status,
             "recap": result.recap,
             "failures": [f.__dict__ for f in result.failures],
             "reports": result.reports,
+            **({"would_change": [c.__dict__ for c in result.changes]} if check else {}),
         }
         try:
             report_json.write_text(json.dumps(document, indent=2) + "\n")
@@ -256,7 +275,23 @@ def converge(
             raise UsageError(
                 f"--report-json {excerpt(str(report_json), 80)}: cannot write: {exc.strerror}"
             ) from None
-    out.print(f"converge: {result.status} in {time.monotonic() - started:.0f}s")
+    elapsed = f"{time.monotonic() - started:.0f}s"
+    if check and result.ok:
+        pending = sorted({c.host for c in result.changes})
+        said = (
+            f"would make {len(result.changes)} change(s) on {len(pending)} host(s)"
+            if pending
+            else "would change nothing"
+        )
+        out.print(f"converge --check: a run {said}; nothing was changed ({elapsed})")
+        if pending:
+            raise CheckFailed(
+                f"{host}: a run would make {sum(c.host == host for c in result.changes)} "
+                "change(s); see 'would change' above"
+                for host in pending
+            )
+        return
+    out.print(f"converge: {result.status} in {elapsed}")
     if not result.ok:
         if result.failures:
             raise CheckFailed([str(f) for f in result.failures])
@@ -279,6 +314,7 @@ def _log_line(
     progress: runner.Progress,
     started: float,
     shown: dict[str, str] | None = None,
+    check: bool = False,
 ) -> None:
     """Without a terminal (CI logs, pipes) progress is one line per task and per problem, and a
     line when a long task's progress on a host changes (``shown``: each host's last one)."""
@@ -294,7 +330,8 @@ def _log_line(
             shown[host] = line
             out.print(f"{stamp}   {escape(host)}: {escape(line)}", highlight=False, soft_wrap=True)
     elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-        out.print(f"{stamp}   changed: {escape(str(data.get('host')))}", highlight=False)
+        what = "would change" if check else "changed"
+        out.print(f"{stamp}   {what}: {escape(str(data.get('host')))}", highlight=False)
     elif (
         kind in ("runner_on_failed", "runner_on_unreachable")
         and progress.failures

@@ -10,6 +10,7 @@ wait (roles/node_packages) carries apt's progress, which becomes the host's ``pr
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import shlex
 import signal
@@ -66,6 +67,15 @@ class Failure:
         return f"{self.host}: {kind} at '{self.task}': {self.message}"
 
 
+@dataclass(frozen=True)
+class Change:
+    """A task that changed a host, or in check mode would have: what it says changed."""
+
+    host: str
+    task: str
+    diff: str = ""
+
+
 @dataclass
 class Progress:
     """The run as the event stream shows it: current play and task, each host's state."""
@@ -75,6 +85,7 @@ class Progress:
     tasks_started: int = 0
     hosts: dict[str, HostState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     recap: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -103,6 +114,7 @@ class Progress:
             res = data.get("res") or {}
             if res.get("changed"):
                 state.changed += 1
+                self.changes.append(Change(name, str(data.get("task", "")), diff_text(res)))
             report = res.get("report")
             if _is_check(data) and isinstance(report, dict):
                 self.reports[name] = report
@@ -130,6 +142,45 @@ class Progress:
             )
         elif kind == "playbook_on_stats":
             self.recap = recap_from_stats(data)
+
+
+DIFF_LINES = 40
+
+
+def diff_text(res: dict[str, Any]) -> str:
+    """What a changed task says it changed (``--diff``): a unified diff of each file it wrote,
+    else its message; at most DIFF_LINES lines."""
+    diffs = res.get("diff") or []
+    # A template's own header names its source on the controller; the file is its dest.
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    name = res.get("dest") or args.get("dest") or res.get("path")
+    lines: list[str] = []
+    for diff in diffs if isinstance(diffs, list) else [diffs]:
+        if not isinstance(diff, dict):
+            continue
+        if isinstance(diff.get("prepared"), str):
+            lines += diff["prepared"].splitlines()
+            continue
+        before, after = diff.get("before"), diff.get("after")
+        if isinstance(before, str) and isinstance(after, str):
+            lines += difflib.unified_diff(
+                before.splitlines(),
+                after.splitlines(),
+                f"{name} (now)" if name else str(diff.get("before_header") or "before"),
+                f"{name} (after a run)" if name else str(diff.get("after_header") or "after"),
+                lineterm="",
+            )
+        elif isinstance(before, dict) and isinstance(after, dict):
+            lines += [
+                f"{key}: {before.get(key)} -> {after.get(key)}"
+                for key in sorted(before.keys() | after.keys())
+                if before.get(key) != after.get(key)
+            ]
+    if not lines and isinstance(res.get("msg"), str):
+        lines = res["msg"].splitlines()
+    if len(lines) > DIFF_LINES:
+        lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more lines"]
+    return "\n".join(lines)
 
 
 def retry_progress(res: dict[str, Any]) -> str:
@@ -192,6 +243,7 @@ class RunResult:
     failures: list[Failure]
     reports: dict[str, dict[str, Any]]
     artifact_dir: Path
+    changes: list[Change] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -332,11 +384,14 @@ def converge(
     on_event: Callable[[Event, Progress], None] | None = None,
     root: Path | None = None,
     vault_password_file: Path | None = None,
+    check: bool = False,
 ) -> RunResult:
     """Run ``playbook`` on ``inventory``; events feed a Progress and then ``on_event``.
 
     ``vault_password_file`` decrypts the inventory's Ansible Vault values (so does
-    ``ANSIBLE_VAULT_PASSWORD_FILE`` in the environment, as for ansible-playbook).
+    ``ANSIBLE_VAULT_PASSWORD_FILE`` in the environment, as for ansible-playbook). ``check`` runs
+    it in Ansible's check and diff modes: the hosts are read, nothing on them is changed, and
+    the result's changes are what a run would change.
     """
     root = root or repo_root()
     if not inventory.exists():
@@ -377,6 +432,7 @@ def converge(
             handle,
             stop,
             vault_password_file,
+            check,
         )
     if stop():
         raise Interrupted(
@@ -391,6 +447,7 @@ def converge(
         failures=progress.failures,
         reports=progress.reports,
         artifact_dir=Path(runner.config.artifact_dir),
+        changes=progress.changes,
     )
 
 
@@ -414,16 +471,15 @@ def _run(
     handle: Callable[[Event], bool],
     stop: Callable[[], bool],
     vault_password_file: Path | None = None,
+    check: bool = False,
 ) -> Any:
     if vault_password_file is not None and not vault_password_file.is_file():
         raise UsageError(f"--vault-password-file {vault_password_file}: no such file")
-    cmdline = (
-        None
-        if vault_password_file is None
-        else f"--vault-password-file {shlex.quote(str(vault_password_file.resolve()))}"
-    )
+    options = ["--check", "--diff"] if check else []
+    if vault_password_file is not None:
+        options += ["--vault-password-file", str(vault_password_file.resolve())]
     return ansible_runner.run(
-        cmdline=cmdline,
+        cmdline=shlex.join(options) or None,
         private_data_dir=private,
         artifact_dir=str(root / ".lab" / "runner"),
         project_dir=str(root),

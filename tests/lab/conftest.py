@@ -85,7 +85,7 @@ def second_converge(
 # Labs of their own beside the suite's main lab, for hosts no other test may touch: the letter
 # ends their prefix, the offset starts their ports above the main lab's (host N on PORT_BASE + N,
 # N <= 32). One table, so that no two share a name or a port.
-SIDE_LABS = {"t": 40, "d": 45}
+SIDE_LABS = {"t": 40, "d": 45, "c": 50}
 
 
 def side_lab(letter: str, suite: str | None = None) -> lab.Settings:

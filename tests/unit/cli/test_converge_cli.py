@@ -309,3 +309,47 @@ def test_at_a_terminal_converge_shows_its_live_view_and_ends(tmp_path: Path) -> 
     assert result.code == 0, result.stdout
     assert "converge: play.yml on site (1 host)" in result.stdout
     assert "converge: successful in " in result.stdout
+
+
+WRITE_PLAYBOOK = """
+- name: Write a file
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The greeting
+      ansible.builtin.copy:
+        dest: "{dest}"
+        content: "hello\\n"
+        mode: "0644"
+"""
+
+
+def test_check_shows_what_a_run_would_change_and_changes_nothing(tmp_path: Path) -> None:
+    _local_site(tmp_path)
+    greeting = tmp_path / "greeting.txt"
+    (tmp_path / "play.yml").write_text(WRITE_PLAYBOOK.format(dest=greeting))
+
+    pending = _converge(tmp_path, "play.yml", "--check")
+
+    assert pending.code == 1, pending.stderr
+    assert "in check mode: nothing on the hosts is changed" in pending.stdout
+    assert "would change: alpha" in pending.stdout
+    assert "would change: alpha: The greeting" in pending.stdout
+    assert f"+++ {greeting} (after a run)" in pending.stdout
+    assert "  +hello" in pending.stdout.splitlines()
+    assert "converge --check: a run would make 1 change(s) on 1 host(s); nothing was changed" in (
+        pending.stdout
+    )
+    assert pending.stderr.strip() == (
+        "error: alpha: a run would make 1 change(s); see 'would change' above"
+    )
+    assert not greeting.exists()
+
+    applied = _converge(tmp_path, "play.yml")
+    assert applied.code == 0, applied.stderr
+    assert greeting.read_text() == "hello\n"
+
+    settled = _converge(tmp_path, "play.yml", "--check")
+    assert settled.code == 0, settled.stderr
+    assert "converge --check: a run would change nothing; nothing was changed" in settled.stdout
+    assert "would change: alpha" not in settled.stdout
