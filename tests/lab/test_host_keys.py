@@ -46,6 +46,10 @@ def _site(tmp_path: Path, settings: lab.Settings, known_hosts: Path) -> tuple[Pa
                             "ansible_user": "root",
                             "ansible_ssh_private_key_file": str(settings.key_file),
                             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
+                            # SSH checks a host key when it opens a connection; a master that the
+                            # suite's lab opened to the same address, port and user (persisted,
+                            # with the lab's relaxed options) would carry this run past the check.
+                            "ansible_control_path_dir": str(tmp_path / "ssh"),
                         }
                     }
                 }
