@@ -35,8 +35,17 @@ FILE_TASKS = {
 # Read on the host by the facts module, which adds it to the fingerprint itself.
 HOST_SIDE = {"_nvidia_driver_missing_components"}
 # Facts (the distribution, the OS family) reach the fingerprint through the inputs that use them;
-# omit and item are Ansible's own; the host name only appears in failure messages.
-BUILTIN = {"ansible_facts", "omit", "item", "lookup", "ansible_managed", "inventory_hostname"}
+# omit and item are Ansible's own; the host name only appears in failure messages; check mode
+# writes nothing, so what it skips leaves the stamp as it was.
+BUILTIN = {
+    "ansible_facts",
+    "omit",
+    "item",
+    "lookup",
+    "ansible_managed",
+    "inventory_hostname",
+    "ansible_check_mode",
+}
 
 
 class AnyName(dict[str, Any]):
@@ -71,10 +80,13 @@ def strings(node: Any) -> list[str]:
 def read_by_file_tasks(role: str) -> set[str]:
     task_files, templates = FILE_TASKS[role]
     found: set[str] = set()
+    # What a file task registers is its own result, read by the tasks after it: not an input.
+    registered: set[str] = set()
     for name in task_files:
         for task in yaml.safe_load((ROLES / role / "tasks" / name).read_text()):
             if f"{role}_facts" in task:
                 continue  # the stamp's own bookkeeping
+            registered.add(task.pop("register", ""))
             when = task.pop("when", [])
             for condition in [when] if isinstance(when, str) else when:
                 found |= names("{{ " + condition + " }}")
@@ -82,7 +94,7 @@ def read_by_file_tasks(role: str) -> set[str]:
                 found |= names(text)
     for name in templates:
         found |= names((ROLES / role / "templates" / name).read_text())
-    return found
+    return found - registered
 
 
 def uncovered(role: str, role_vars: dict[str, Any]) -> list[str]:
