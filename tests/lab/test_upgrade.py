@@ -8,6 +8,7 @@ container cannot reboot into a new module, so those steps are reported, not run.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,49 @@ def test_upgrade_roll_reinstates_the_pin_and_the_holds(
     assert host.package("nvidia-driver").version == DRIVER.source.package_version
     # The toolkit's holds are not the roll's to touch.
     assert "nvidia-container-toolkit" in held
+
+
+HELD = "/run/gpuinfra-test-lock.held"
+
+
+def another_package_run(host: Any, lock: str, until: str = "false", most: int = 20) -> None:
+    """A process on the host that holds apt's or dpkg's lock, as apt-daily's index refresh or
+    unattended-upgrade does: from now until the shell test `until` holds (then 3 s more), at most
+    `most` seconds. Returns once the lock is held."""
+    script = (
+        "import fcntl, subprocess, time\n"
+        f"lock = open({lock!r}, 'a')\n"
+        "fcntl.lockf(lock, fcntl.LOCK_EX)\n"
+        f"open({HELD!r}, 'w').close()\n"
+        f"end = time.time() + {most}\n"
+        f"while time.time() < end and subprocess.run(['bash', '-c', {until!r}]).returncode:\n"
+        "    time.sleep(0.5)\n"
+        "time.sleep(3)\n"
+    )
+    host.run(f"rm -f {HELD}")
+    host.check_output(
+        f"setsid -f python3 -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null; "
+        f"for _ in $(seq 50); do [ -e {HELD} ] && exit 0; sleep 0.2; done; exit 1"
+    )
+
+
+def test_the_roll_waits_for_a_package_run_that_holds_dpkgs_lock(
+    second_converge: runner.RunResult, lab_settings: lab.Settings, inventory: Path, repo_root: Path
+) -> None:
+    """apt-mark does not wait for dpkg's lock: released while unattended-upgrade holds it, the
+    holds failed the roll at once."""
+    assert second_converge.ok
+    target = CONVERGED[0]
+    host = host_connection(lab_settings, target)
+    another_package_run(host, "/var/lib/dpkg/lock-frontend")
+    result = runner.converge(
+        repo_root / "playbooks" / "upgrade_driver.yml", inventory, limit=target
+    )
+    assert result.ok, result.failures
+    stdout = (result.artifact_dir / "stdout").read_text()
+    assert "RETRYING: [" + target + "]: Release the holds on the driver packages" in stdout
+    held = set(host.check_output("apt-mark showhold").split())
+    assert {"nvidia-driver", "nvidia-kernel-dkms", "nvidia-container-toolkit"} <= held
 
 
 # The builds Debian's archive carries for bookworm (checked against the archive's Packages
@@ -100,6 +144,10 @@ def test_a_real_upgrade_by_bumping_versions_yaml_and_back_down(
     host = host_connection(lab_settings, target)
     assert_on_build(host, OLD[1])
 
+    # apt-daily refreshes the indexes while the roll's transaction starts: apt-get update does not
+    # wait for the index lock on its own.
+    phase = "/var/log/gpuinfra/node_packages/phase"
+    another_package_run(host, "/var/lib/apt/lists/lock", f"[ {phase} -nt {HELD} ]", most=180)
     up = roll(bumped_checkout(tmp_path, repo_root, *NEW), inventory, target)
     assert up.ok, up.failures
     assert up.reports[target]["summary"] == "no GPU present"
