@@ -30,7 +30,14 @@ from gpuinfra import processes, secrets
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.config import known_stacks
-from gpuinfra.errors import EXIT_USAGE, ConfigError, ToolError, UsageError, excerpt
+from gpuinfra.errors import (
+    EXIT_CHECK_FAILED,
+    EXIT_USAGE,
+    ConfigError,
+    ToolError,
+    UsageError,
+    excerpt,
+)
 from gpuinfra.paths import repo_root
 from gpuinfra.review.documents import flatten
 from gpuinfra.suggest import did_you_mean
@@ -549,6 +556,11 @@ def plan_in(
         command, cwd=root, env=env, timeout=timeout
     )
     proc = subprocess.CompletedProcess(command, returncode, stdout, stderr)
+    if proc.returncode == EXIT_CHECK_FAILED and (whole := _whole_plan(proc.stdout)) is not None:
+        # Through the command line, a plan is printed whole before a failed check ends it
+        # (a policy violation, a prod pin past its end of support): the plan stands, and the
+        # comparison judges the working tree's checks, not the base's.
+        return PlanResult(secrets.redact(whole))
     if proc.returncode != 0:
         lines = [
             line.removeprefix("error: ")
@@ -562,6 +574,16 @@ def plan_in(
     # The base revision's code may predate redaction: its plan is redacted here again.
     document: dict[str, Any] = secrets.redact(json.loads(proc.stdout))
     return PlanResult(document)
+
+
+def _whole_plan(stdout: str) -> dict[str, Any] | None:
+    """The plan document a command line printed, or None when what it printed is not one whole
+    JSON object (a revision whose exit 1 also meant an internal error prints a traceback)."""
+    try:
+        document = json.loads(stdout)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
 
 
 class GitFailed(ToolError):

@@ -23,7 +23,7 @@ import pytest
 
 from gpuinfra import cli, site, versions
 from gpuinfra.errors import MAX_LINE
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SUPPORT_TABLE_DAY
 
 Edit = Callable[[Path], None]
 
@@ -896,7 +896,7 @@ CASES: list[Case] = [
         "prod allows $1",
         code=1,
         file="policy",
-        argv=("plan", "--stack", "prod", "--format", "json"),
+        argv=("plan", "--stack", "prod", "--format", "json", "--as-of", SUPPORT_TABLE_DAY),
     ),
     # --- versions.yaml --------------------------------------------------------------------------
     vers(

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SUPPORT_TABLE_DAY
 
 HEAVY = ("pulumi", "tritonclient", "numpy")
 
@@ -18,7 +18,7 @@ COMMANDS = [
     ["--help"],
     ["versions", "show"],
     ["versions", "check"],
-    ["config", "check", "--stack", "prod"],
+    ["config", "check", "--stack", "prod", "--as-of", SUPPORT_TABLE_DAY],
     ["config", "check", "--site", "inventory/example"],
     ["lab", "--help"],
     ["lab", "up", "--help"],

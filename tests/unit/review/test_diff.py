@@ -334,6 +334,33 @@ def test_a_base_without_the_review_entry_point_is_planned_through_its_command_li
     assert bumped["nvidia_driver.cuda_repo"] == ("580.159.04", "580.172.01")
 
 
+def test_a_base_whose_command_line_plan_fails_a_check_is_still_compared(
+    base_repo: Path, tmp_path: Path
+) -> None:
+    # Through its command line, a base prints the whole plan and then exits 1 for a failed
+    # check: here the prod budget it held was $1. The diff compares that plan, and the change
+    # that raises the budget removes the violation.
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    git(repo, "rm", "--quiet", "gpuinfra/review/__main__.py")
+    replace(repo / "policies" / "limits.yaml", "monthlyBudgetUsd: 100000", "monthlyBudgetUsd: 1")
+    git(repo, "commit", "--quiet", "--all", "--message", "A prod budget of $1")
+    base_plan = run_cli("plan", "--stack", "prod", "--format", "json", root=repo, cwd=repo)
+    assert base_plan.code == 1, "the base's own plan fails its budget"
+    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/__main__.py")
+    replace(
+        repo / "policies" / "limits.yaml", "monthlyBudgetUsd: 1\n", "monthlyBudgetUsd: 100000\n"
+    )
+    git(repo, "commit", "--quiet", "--all", "--message", "Raise the prod budget")
+    result = run_cli(
+        "diff", "--base", "HEAD~1", "--stack", "prod", "--format", "json", root=repo, cwd=repo
+    )
+    prod = target(report_of(result), "stack prod")
+    assert prod["status"] != "added", "the base was planned"
+    (removed,) = prod["sections"]["policy_violations"]["removed"]
+    assert removed.startswith("monthly-cost-ceiling: ")
+
+
 def test_a_change_that_adds_a_policy_violation_fails_the_diff(clone: Clone) -> None:
     def grow(repo: Path) -> None:
         replace(repo / "stacks" / "Pulumi.dev.yaml", "maxSize: 2", "maxSize: 3")

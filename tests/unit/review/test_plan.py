@@ -14,7 +14,7 @@ import yaml
 
 from gpuinfra import lab
 from gpuinfra.review import diff
-from tests.conftest import ROOT, Result, run_cli
+from tests.conftest import ROOT, SUPPORT_TABLE_DAY, Result, run_cli
 from tests.unit.review.conftest import GOLDEN
 
 TARGETS = {
@@ -53,7 +53,8 @@ def planned() -> dict[str, Result]:
 
 def plan_of(planned: dict[str, Result], name: str) -> Result:
     if name not in planned:
-        planned[name] = run_cli("plan", *TARGETS[name], "--format", "json")
+        day = ("--as-of", SUPPORT_TABLE_DAY)
+        planned[name] = run_cli("plan", *TARGETS[name], "--format", "json", *day)
     return planned[name]
 
 
@@ -82,8 +83,9 @@ def test_two_plans_of_the_same_commit_are_byte_identical(planned: dict[str, Resu
     assert first.code == 0, first.stderr
     # Another process with another hash seed: set and dict order must not leak into the plan.
     seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
+    day = ("--as-of", SUPPORT_TABLE_DAY)
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuinfra", "plan", "--stack", "prod", "--format", "json"],
+        [sys.executable, "-m", "gpuinfra", "plan", "--stack", "prod", "--format", "json", *day],
         capture_output=True,
         text=True,
         cwd=ROOT,

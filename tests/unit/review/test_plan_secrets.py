@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpuinfra import secrets
-from tests.conftest import run_cli
+from tests.conftest import SUPPORT_TABLE_DAY, run_cli
 
 PLANTED = {
     "url-userinfo-chart": "PlantedChartPw",
@@ -116,8 +116,16 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[s
     found: dict[str, str] = {}
     commands: dict[str, list[str]] = {}
     site = ["--site", "inventory/example"]
+    day = ["--as-of", SUPPORT_TABLE_DAY]
     for fmt in ("table", "json", "markdown"):
-        commands[f"plan --stack prod --format {fmt}"] = ["plan", "--stack", "prod", "--format", fmt]
+        commands[f"plan --stack prod --format {fmt}"] = [
+            "plan",
+            "--stack",
+            "prod",
+            "--format",
+            fmt,
+            *day,
+        ]
         commands[f"plan --site --format {fmt}"] = ["plan", *site, "--format", fmt]
     # What CI posts on a pull request, and the other forms once each.
     diff = ["diff", "--base", "HEAD"]
@@ -135,7 +143,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, base_repo: Path) -> dict[s
     for fmt in ("table", "json"):
         commands[f"versions show --format {fmt}"] = ["versions", "show", "--format", fmt]
     commands["versions check"] = ["versions", "check"]
-    commands["config check --stack prod"] = ["config", "check", "--stack", "prod"]
+    commands["config check --stack prod"] = ["config", "check", "--stack", "prod", *day]
     commands["config check --site"] = ["config", "check", *site]
     commands["addons render --stack prod"] = ["addons", "render", "--stack", "prod"]
     commands["cost --stack prod"] = ["cost", "--stack", "prod"]
