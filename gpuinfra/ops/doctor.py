@@ -17,6 +17,7 @@ Each source is read only when its option is given; an item that cannot be judged
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import subprocess
@@ -489,8 +490,32 @@ def _checked(file: Path, where: str, report: Any) -> dict[str, Any]:
     )
 
 
+def _checked_at(file: Path, where: str, report: dict[str, Any], mtime: float) -> float:
+    """When the check ran: the report's own ``checked_at``, which a copy of the file keeps (an
+    artifact download or a plain ``scp`` gives the copy a new modification time); for a report
+    written before that field, the file's modification time."""
+    stamp = report.get("checked_at")
+    if stamp is None:
+        return mtime
+    try:
+        moment = dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise UsageError(
+            f"--node-checks {file}: {where}checked_at: {excerpt(repr(stamp), 60)} is not a time "
+            "(allowed: ISO 8601 with its zone, e.g. 2026-12-01T06:00:00Z)"
+        )
+    return moment.timestamp()
+
+
+def _report_of(file: Path, where: str, report: Any, mtime: float) -> tuple[dict[str, Any], float]:
+    checked = _checked(file, where, report)
+    return checked, _checked_at(file, where, checked, mtime)
+
+
 def _reports(path: Path) -> dict[str, tuple[dict[str, Any] | str, float]]:
-    """Each host's latest node check report and when it was written; for a host that
+    """Each host's latest node check report and when its check ran; for a host that
     converge's report says was unreachable or failed, and has no node check report, why."""
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files or not files[0].exists():
@@ -510,12 +535,12 @@ def _reports(path: Path) -> dict[str, tuple[dict[str, Any] | str, float]]:
                     found[str(host)] = (f"{how} in converge, no node check report", mtime)
             found.update(
                 {
-                    str(h): (_checked(file, f"reports.{h}.", r), mtime)
+                    str(h): _report_of(file, f"reports.{h}.", r, mtime)
                     for h, r in document["reports"].items()
                 }
             )
         elif isinstance(document, dict) and "checks" in document:
-            found[str(document.get("host") or file.stem)] = (_checked(file, "", document), mtime)
+            found[str(document.get("host") or file.stem)] = _report_of(file, "", document, mtime)
         else:
             raise UsageError(
                 f"--node-checks {file}: neither a node check report nor converge's --report-json"
@@ -526,18 +551,19 @@ def _reports(path: Path) -> dict[str, tuple[dict[str, Any] | str, float]]:
 def node_check_items(path: Path, now: float | None = None) -> list[Item]:
     items = []
     moment = time.time() if now is None else now
-    for host, (report, mtime) in sorted(_reports(path).items()):
+    for host, (report, checked_at) in sorted(_reports(path).items()):
         if isinstance(report, str):
             items.append(Item("node-check", host, "fail", report))
             continue
         failed = [c for c in report["checks"] if c.get("status") == "fail"]
-        age_h = (moment - mtime) / 3600
+        # A host clock a little ahead of this machine's reads as a report just taken.
+        age_h = max(0.0, moment - checked_at) / 3600
         if failed:
             names = ", ".join(f"{c['name']} ({c.get('detail', '')})" for c in failed)
             items.append(Item("node-check", host, "fail", f"failed: {names}"))
         elif report.get("gpu_present") is False:
             items.append(Item("node-check", host, "skip", "no GPU present"))
-        elif moment - mtime > STALE_REPORT_S:
+        elif moment - checked_at > STALE_REPORT_S:
             items.append(Item("node-check", host, "fail", f"report is {age_h:.0f} h old"))
         else:
             items.append(Item("node-check", host, "ok", f"all checks pass ({age_h:.1f} h ago)"))

@@ -110,7 +110,8 @@ RETURN = r"""
 report:
   description: >-
     host, gpu_present, summary (ok, failed, no GPU present), failed (names of failed checks),
-    checks (name, status, detail, expected, actual), gpus, driver.
+    checks (name, status, detail, expected, actual), gpus, driver, and checked_at (when the
+    check ran, UTC, as 2026-12-01T06:00:00Z: what the morning check judges a report's age by).
   returned: always
   type: dict
 """
@@ -123,6 +124,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nvidia_node_check import (
@@ -450,6 +452,7 @@ def main():
             "container_runtimes": params["container_runtimes"],
         },
     )
+    report["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     written = False
     if params["report_path"] and not module.check_mode:
         written = write_report(params["report_path"], report)

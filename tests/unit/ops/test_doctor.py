@@ -283,6 +283,47 @@ def test_a_host_converge_did_not_check_fails(tmp_path: Path) -> None:
     }
 
 
+def _utc(seconds_ago: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds_ago))
+
+
+def test_a_report_is_as_old_as_its_check_not_its_file(tmp_path: Path) -> None:
+    # Reports fetched this morning (a CI artifact, a plain scp): the files are new, and the
+    # age comes from when each check ran.
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    folder = tmp_path / "fetched"
+    folder.mkdir()
+    stale = {**report, "host": "gpu-node-01", "checked_at": _utc(48 * 3600)}
+    fresh = {**report, "host": "gpu-node-02", "checked_at": _utc(2 * 3600)}
+    (folder / "gpu-node-01.json").write_text(json.dumps(stale))
+    (folder / "gpu-node-02.json").write_text(json.dumps(fresh))
+    # A file whose time is old (restored from a backup) with a check that ran an hour ago.
+    kept = folder / "gpu-node-03.json"
+    kept.write_text(json.dumps({**report, "host": "gpu-node-03", "checked_at": _utc(3600)}))
+    week_ago = time.time() - 7 * 24 * 3600
+    os.utime(kept, (week_ago, week_ago))
+    code, document = _doctor("--node-checks", str(folder))
+    assert code == 1
+    assert _by_subject(document, "node-check") == {
+        "gpu-node-01": ("fail", "report is 48 h old"),
+        "gpu-node-02": ("ok", "all checks pass (2.0 h ago)"),
+        "gpu-node-03": ("ok", "all checks pass (1.0 h ago)"),
+    }
+
+
+@pytest.mark.parametrize("stamp", ["yesterday", "2026-12-01T06:00:00", 1764568800, ""])
+def test_a_check_time_that_is_not_one_is_one_line_and_exit_2(stamp: object, tmp_path: Path) -> None:
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    path = tmp_path / "converge.json"
+    path.write_text(json.dumps({"reports": {"gpu-node-01": {**report, "checked_at": stamp}}}))
+    result = run_cli("doctor", "--node-checks", str(path))
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: --node-checks {path}: reports.gpu-node-01.checked_at: {stamp!r} is not a time "
+        "(allowed: ISO 8601 with its zone, e.g. 2026-12-01T06:00:00Z)"
+    ]
+
+
 def test_a_converge_report_without_node_checks_fails(tmp_path: Path) -> None:
     converged = tmp_path / "converge.json"
     converged.write_text(json.dumps({"status": "successful", "recap": {}, "reports": {}}))

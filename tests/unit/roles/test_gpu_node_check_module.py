@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,9 +144,16 @@ def test_nvidia_smi_found_in_a_search_path_is_parsed(tmp_path: Path, fake_smi: P
         assert report["summary"] == "failed"
 
 
-def test_an_unchanged_report_is_not_rewritten(tmp_path: Path, fake_smi: Path) -> None:
-    assert run_module(tmp_path, fake_smi)["report_written"] is True
-    assert run_module(tmp_path, fake_smi)["report_written"] is False
+def test_the_report_says_when_the_check_ran(tmp_path: Path, fake_smi: Path) -> None:
+    before = time.time()
+    result = run_module(tmp_path, fake_smi)
+    assert result["report_written"] is True
+    written = json.loads((tmp_path / "report" / "node-check.json").read_text())
+    assert written["checked_at"] == result["report"]["checked_at"]
+    # UTC with its zone, to the second: what the morning check judges the report's age by.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written["checked_at"])
+    moment = dt.datetime.fromisoformat(written["checked_at"]).timestamp()
+    assert before - 1 <= moment <= time.time()
 
 
 def test_fail_on_error_fails_naming_each_failed_check_and_keeps_the_report(
