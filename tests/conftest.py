@@ -19,20 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra import support
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _support_table_day() -> str:
-    import yaml
-
-    table = yaml.safe_load((ROOT / "gpuinfra" / "data" / "support_windows.yaml").read_text())
-    return str(table["as_of"])
-
 
 # The day the embedded support table was written, when every pin a prod stack or site runs was
 # in support. A test that plans or checks prod for another reason passes it as --as-of, so that
 # a pin reaching its end of support on the calendar fails the prod check, not that test.
-SUPPORT_TABLE_DAY = _support_table_day()
+SUPPORT_TABLE_DAY = str(support.table()["as_of"])
 
 
 @dataclass

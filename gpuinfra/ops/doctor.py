@@ -556,7 +556,7 @@ def node_check_items(path: Path, now: float | None = None) -> list[Item]:
             items.append(Item("node-check", host, "fail", report))
             continue
         failed = [c for c in report["checks"] if c.get("status") == "fail"]
-        # A host clock a little ahead of this machine's reads as a report just taken.
+        # A report stamped ahead of this machine's clock (the host's runs ahead) is just taken.
         age_h = max(0.0, moment - checked_at) / 3600
         if failed:
             names = ", ".join(f"{c['name']} ({c.get('detail', '')})" for c in failed)

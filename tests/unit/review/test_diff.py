@@ -217,19 +217,37 @@ def test_a_versions_file_that_does_not_load_is_the_inputs_error_not_every_pin_re
     )
 
 
+def without_in_base(
+    base_repo: Path,
+    tmp_path: Path,
+    path: str,
+    base: Callable[[Path], None] = lambda _: None,
+    head: Callable[[Path], None] = lambda _: None,
+) -> Path:
+    """A clone whose HEAD~1 lacks ``path`` (older code), edited by ``base``, and whose HEAD has
+    it back, edited by ``head``."""
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
+    git(repo, "rm", "--quiet", path)
+    base(repo)
+    git(repo, "commit", "--quiet", "--all", "--message", f"Before {path}")
+    git(repo, "checkout", "--quiet", "origin/main", "--", path)
+    head(repo)
+    git(repo, "commit", "--quiet", "--all", "--message", f"Bring back {path}")
+    return repo
+
+
+def diff_with_parent(repo: Path, stack: str) -> Result:
+    return run_cli(
+        "diff", "--base", "HEAD~1", "--stack", stack, "--format", "json", root=repo, cwd=repo
+    )
+
+
 def test_base_from_before_the_review_path_shows_everything_added(
     base_repo: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
-    git(repo, "rm", "--quiet", "gpuinfra/review/plan.py")
-    git(repo, "commit", "--quiet", "--message", "Before gpuinfra plan")
-    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/plan.py")
-    git(repo, "commit", "--quiet", "--message", "Add gpuinfra plan")
-    result = run_cli(
-        "diff", "--base", "HEAD~1", "--stack", "dev", "--format", "json", root=repo, cwd=repo
-    )
-    report = report_of(result)
+    repo = without_in_base(base_repo, tmp_path, "gpuinfra/review/plan.py")
+    report = report_of(diff_with_parent(repo, "dev"))
     assert report["notes"] == ["HEAD~1 predates `gpuinfra plan`: every target is new."]
     dev = target(report, "stack dev")
     assert dev["status"] == "added"
@@ -315,19 +333,13 @@ def test_the_review_entry_point_plans_what_the_command_line_plans() -> None:
 def test_a_base_without_the_review_entry_point_is_planned_through_its_command_line(
     base_repo: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
-    git(repo, "rm", "--quiet", "gpuinfra/review/__main__.py")
-    git(repo, "commit", "--quiet", "--message", "Before the review entry point")
-    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/__main__.py")
-    replace(repo / "versions.yaml", '"580.159.04"', '"580.172.01"')
-    replace(repo / "versions.yaml", '"580.159.04-1"', '"580.172.01-1"')
-    git(repo, "commit", "--quiet", "--all", "--message", "Bump the 580 driver")
+    def bump(repo: Path) -> None:
+        replace(repo / "versions.yaml", '"580.159.04"', '"580.172.01"')
+        replace(repo / "versions.yaml", '"580.159.04-1"', '"580.172.01-1"')
+
+    repo = without_in_base(base_repo, tmp_path, "gpuinfra/review/__main__.py", head=bump)
     assert diff.Target("stack", "prod").command(repo)[1:3] == ["-m", "gpuinfra.review"]
-    result = run_cli(
-        "diff", "--base", "HEAD~1", "--stack", "prod", "--format", "json", root=repo, cwd=repo
-    )
-    report = report_of(result)
+    report = report_of(diff_with_parent(repo, "prod"))
     prod = target(report, "stack prod")
     assert prod["status"] != "added", "the base was planned, through its command line"
     bumped = {b["component"]: (b["old"], b["new"]) for b in report["versions"]["bumped"]}
@@ -340,22 +352,20 @@ def test_a_base_whose_command_line_plan_fails_a_check_is_still_compared(
     # Through its command line, a base prints the whole plan and then exits 1 for a failed
     # check: here the prod budget it held was $1. The diff compares that plan, and the change
     # that raises the budget removes the violation.
-    repo = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(base_repo), str(repo)], check=True)
-    git(repo, "rm", "--quiet", "gpuinfra/review/__main__.py")
-    replace(repo / "policies" / "limits.yaml", "monthlyBudgetUsd: 100000", "monthlyBudgetUsd: 1")
-    git(repo, "commit", "--quiet", "--all", "--message", "A prod budget of $1")
-    base_plan = run_cli("plan", "--stack", "prod", "--format", "json", root=repo, cwd=repo)
-    assert base_plan.code == 1, "the base's own plan fails its budget"
-    git(repo, "checkout", "--quiet", "origin/main", "--", "gpuinfra/review/__main__.py")
-    replace(
-        repo / "policies" / "limits.yaml", "monthlyBudgetUsd: 1\n", "monthlyBudgetUsd: 100000\n"
+    limits = Path("policies", "limits.yaml")
+
+    def starve(repo: Path) -> None:
+        replace(repo / limits, "monthlyBudgetUsd: 100000", "monthlyBudgetUsd: 1")
+        base_plan = run_cli("plan", "--stack", "prod", "--format", "json", root=repo, cwd=repo)
+        assert base_plan.code == 1, "the base's own plan fails its budget"
+
+    def feed(repo: Path) -> None:
+        replace(repo / limits, "monthlyBudgetUsd: 1\n", "monthlyBudgetUsd: 100000\n")
+
+    repo = without_in_base(
+        base_repo, tmp_path, "gpuinfra/review/__main__.py", base=starve, head=feed
     )
-    git(repo, "commit", "--quiet", "--all", "--message", "Raise the prod budget")
-    result = run_cli(
-        "diff", "--base", "HEAD~1", "--stack", "prod", "--format", "json", root=repo, cwd=repo
-    )
-    prod = target(report_of(result), "stack prod")
+    prod = target(report_of(diff_with_parent(repo, "prod")), "stack prod")
     assert prod["status"] != "added", "the base was planned"
     (removed,) = prod["sections"]["policy_violations"]["removed"]
     assert removed.startswith("monthly-cost-ceiling: ")

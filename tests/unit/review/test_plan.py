@@ -17,6 +17,9 @@ from gpuinfra.review import diff
 from tests.conftest import ROOT, SUPPORT_TABLE_DAY, Result, run_cli
 from tests.unit.review.conftest import GOLDEN
 
+# Plans of prod are judged on the support table's day, not the calendar's (tests/conftest.py).
+AS_OF = ("--as-of", SUPPORT_TABLE_DAY)
+
 TARGETS = {
     "stack-dev": ("--stack", "dev"),
     "stack-staging": ("--stack", "staging"),
@@ -53,8 +56,7 @@ def planned() -> dict[str, Result]:
 
 def plan_of(planned: dict[str, Result], name: str) -> Result:
     if name not in planned:
-        day = ("--as-of", SUPPORT_TABLE_DAY)
-        planned[name] = run_cli("plan", *TARGETS[name], "--format", "json", *day)
+        planned[name] = run_cli("plan", *TARGETS[name], "--format", "json", *AS_OF)
     return planned[name]
 
 
@@ -83,9 +85,8 @@ def test_two_plans_of_the_same_commit_are_byte_identical(planned: dict[str, Resu
     assert first.code == 0, first.stderr
     # Another process with another hash seed: set and dict order must not leak into the plan.
     seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
-    day = ("--as-of", SUPPORT_TABLE_DAY)
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuinfra", "plan", "--stack", "prod", "--format", "json", *day],
+        [sys.executable, "-m", "gpuinfra", "plan", "--stack", "prod", "--format", "json", *AS_OF],
         capture_output=True,
         text=True,
         cwd=ROOT,
