@@ -118,6 +118,17 @@ class ToolError(GpuinfraError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class SourcesUnread(ToolError):
+    """Services a command could not read, after it showed what it read from the others. Exit 3."""
+
+    def __init__(self, reasons: Iterable[str]) -> None:
+        self.reasons = list(reasons)
+        super().__init__("\n".join(self.reasons))
+
+    def lines(self) -> list[str]:
+        return list(self.reasons)
+
+
 class Interrupted(GpuinfraError):
     """The user stopped a run (Ctrl-C, SIGTERM) and it was stopped, with what it had started."""
 

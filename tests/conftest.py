@@ -71,6 +71,17 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
+def doctor_rows(table: str) -> list[tuple[str, str, str]]:
+    """Check, subject and status of each row of doctor's table (a detail may fold onto more
+    lines, which have no status)."""
+    cells = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in table.splitlines()
+        if line.startswith("│")
+    ]
+    return [(check, subject, status) for check, subject, status, _ in cells if status]
+
+
 def running(pid: int) -> bool:
     """Whether ``pid`` still runs: an ended process not yet reaped by its parent does not."""
     try:

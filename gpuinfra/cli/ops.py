@@ -16,7 +16,7 @@ from rich.table import Table
 
 from gpuinfra.cli.console import emit, out, warn
 from gpuinfra.cli.options import parse_site
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import SourcesUnread, UsageError
 
 report_app = typer.Typer(help="Reports read from a running cluster's Prometheus.")
 
@@ -154,7 +154,12 @@ class DoctorFormat(StrEnum):
     json = "json"
 
 
-_MARKS = {"ok": "[green]ok[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
+_MARKS = {
+    "ok": "[green]ok[/]",
+    "fail": "[bold red]FAIL[/]",
+    "skip": "[dim]skip[/]",
+    "unread": "[bold red]UNREAD[/]",
+}
 
 
 def doctor(
@@ -184,7 +189,8 @@ def doctor(
 ) -> None:
     """The morning check: GPU nodes, DCGM exporter, scrapes, Triton, alerts, node checks.
 
-    Exit 0 when every item passes, 1 when one fails.
+    Exit 0 when every item passes, 1 when one fails, 3 when a server could not be read (the
+    others are still checked and shown).
     """
     from gpuinfra import addons, config, integrity
     from gpuinfra import site as site_mod
@@ -214,8 +220,12 @@ def doctor(
         node_checks=node_checks,
     )
     failures = doctor_mod.failed(items)
+    unread = doctor_mod.unread(items)
     if fmt is DoctorFormat.json:
-        document = {"ok": not failures, "items": [dataclasses.asdict(i) for i in items]}
+        document = {
+            "ok": not failures and not unread,
+            "items": [dataclasses.asdict(i) for i in items],
+        }
         emit(json.dumps(document, indent=2) + "\n")
     else:
         table = Table(title="gpuinfra doctor")
@@ -224,7 +234,13 @@ def doctor(
         for item in items:
             table.add_row(item.check, item.subject, _MARKS[item.status], item.detail)
         out.print(table)
-        out.print(f"{len(failures)} of {len(items)} items failed" if failures else "all ok")
+        summary = [f"{len(failures)} of {len(items)} items failed"] if failures else []
+        if unread:
+            summary.append(f"{len(unread)} source{'s' if len(unread) > 1 else ''} not read")
+        out.print(", ".join(summary) or "all ok")
+    if unread:
+        # The check is incomplete: its verdict on what it read is in the table.
+        raise SourcesUnread(i.detail for i in unread)
     if failures:
         raise typer.Exit(1)
 

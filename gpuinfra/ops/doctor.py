@@ -12,7 +12,9 @@ What is checked, and against what the stack or site declares:
 - the latest node check reports, as ``gpuinfra converge --report-json`` or the role writes them,
   and the hosts converge found unreachable or failed before their check.
 
-Each source is read only when its option is given; an item that cannot be judged says why.
+Each source is read only when its option is given; an item that cannot be judged says why. A
+server that cannot be read (it does not answer, refuses the request, or is not what it should be)
+is one unread item, and the other sources are still checked.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from gpuinfra.addons.triton import groups as triton_groups
 from gpuinfra.errors import ToolError, UsageError, excerpt
 from gpuinfra.integrity import Nodes
 from gpuinfra.loading import load_yaml
-from gpuinfra.ops.http import TIMEOUT_S, read_bounded, server
+from gpuinfra.ops.http import TIMEOUT_S, Server, read_bounded, server
 from gpuinfra.ops.prometheus import Prometheus
 
-Status = Literal["ok", "fail", "skip"]
+Status = Literal["ok", "fail", "skip", "unread"]
 T = TypeVar("T")
 
 # How long a kubeconfig user's exec plugin may take to print its credential. The client waits
@@ -88,15 +90,8 @@ class _Answer:
         self.data = data
 
 
-def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
-    """Nodes (and Triton's Deployments) from the API server the kubeconfig names.
-
-    The kubernetes client reads the kubeconfig (TLS, tokens, exec plugins) and checks each answer
-    against its models; the requests are made here, once each, and read within the bounds of
-    ``gpuinfra.ops.http``: the client's own retries four times a server that never answers."""
-    import yaml
-    from kubernetes import config
-
+def check_kubeconfig(kubeconfig: Path) -> None:
+    """UsageError when ``kubeconfig`` is not a file holding a mapping: the checks needing no client."""
     if kubeconfig.is_dir():
         raise UsageError(f"--kubeconfig {kubeconfig}: a directory (allowed: a kubeconfig file)")
     if not kubeconfig.is_file():
@@ -106,6 +101,18 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
             f"--kubeconfig {kubeconfig}: not a kubeconfig (allowed: a mapping with clusters, "
             "users, contexts and current-context)"
         )
+
+
+def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[str, Any]:
+    """Nodes (and Triton's Deployments) from the API server the kubeconfig names.
+
+    The kubernetes client reads the kubeconfig (TLS, tokens, exec plugins) and checks each answer
+    against its models; the requests are made here, once each, and read within the bounds of
+    ``gpuinfra.ops.http``: the client's own retries four times a server that never answers."""
+    import yaml
+    from kubernetes import config
+
+    check_kubeconfig(kubeconfig)
     try:
         # persist_config=False: a token the client refreshes is not written back to the file.
         with _exec_plugin_failures() as failures, _exec_plugin_bounded(EXEC_PLUGIN_TIMEOUT_S):
@@ -439,8 +446,7 @@ def model_items(prometheus: Prometheus, settings: TritonSettings) -> list[Item]:
 # --- Alertmanager ---------------------------------------------------------------------------------
 
 
-def alert_items(alertmanager_url: str) -> list[Item]:
-    alertmanager = server("--alertmanager", alertmanager_url)
+def alert_items(alertmanager: Server) -> list[Item]:
     alerts = alertmanager.get_json(
         "/api/v2/alerts",
         {"active": "true", "silenced": "false", "inhibited": "false"},
@@ -584,31 +590,86 @@ def run(
     alertmanager_url: str | None = None,
     node_checks: Path | None = None,
 ) -> list[Item]:
-    """Every item the given sources allow; a source not given is one skipped item."""
-    items: list[Item] = []
+    """Every item the given sources allow; a source not given is one skipped item, a server that
+    cannot be read one unread item.
+
+    What the user gave is checked before any server is asked: the URLs, the kubeconfig's file and
+    the node check reports, so that a mistake in them is one line (UsageError) and nothing else.
+    The servers are then read side by side: when the network does not answer, the command waits
+    for one bound, not for one per server."""
     triton = declared.triton if declared.triton and declared.triton.enabled else None
+    reports = node_check_items(node_checks) if node_checks is not None else []
+    reads: dict[str, Callable[[], list[Item]]] = {}
     if kubeconfig is not None:
-        found = kubernetes_objects(kubeconfig, triton)
-        items += node_items(found["nodes"], declared)
-        if triton is not None:
-            items += triton_items(found.get("triton") or {}, triton)
-    else:
-        items.append(Item("gpu-node", "-", "skip", "no --kubeconfig"))
+        check_kubeconfig(kubeconfig)
+        reads["kubernetes"] = lambda: _kubernetes_items(kubeconfig, declared, triton)
     if prometheus_url is not None:
         prometheus = Prometheus(prometheus_url)
-        items += target_items(prometheus)
-        if triton is not None:
-            items += model_items(prometheus, triton)
-    else:
-        items.append(Item("scrape", "-", "skip", "no --prometheus"))
+        reads["prometheus"] = lambda: _prometheus_items(prometheus, triton)
     if alertmanager_url is not None:
-        items += alert_items(alertmanager_url)
-    else:
-        items.append(Item("alert", "-", "skip", "no --alertmanager"))
-    if node_checks is not None:
-        items += node_check_items(node_checks)
+        alertmanager = server("--alertmanager", alertmanager_url)
+        reads["alertmanager"] = lambda: alert_items(alertmanager)
+    read = _side_by_side(reads)
+    skipped = {
+        "kubernetes": Item("gpu-node", "-", "skip", "no --kubeconfig"),
+        "prometheus": Item("scrape", "-", "skip", "no --prometheus"),
+        "alertmanager": Item("alert", "-", "skip", "no --alertmanager"),
+    }
+    items = [item for source in skipped for item in read.get(source, [skipped[source]])]
+    return items + reports
+
+
+def _kubernetes_items(
+    kubeconfig: Path, declared: Declared, triton: TritonSettings | None
+) -> list[Item]:
+    found = kubernetes_objects(kubeconfig, triton)
+    items = node_items(found["nodes"], declared)
+    if triton is not None:
+        items += triton_items(found.get("triton") or {}, triton)
     return items
+
+
+def _prometheus_items(prometheus: Prometheus, triton: TritonSettings | None) -> list[Item]:
+    items = target_items(prometheus)
+    if triton is not None:
+        items += model_items(prometheus, triton)
+    return items
+
+
+def _side_by_side(reads: Mapping[str, Callable[[], list[Item]]]) -> dict[str, list[Item]]:
+    """Each source's items, the sources read in threads of their own. A source that cannot be
+    read (ToolError) is one unread item naming why; any other error is raised once all are done.
+
+    Each read is bounded (``gpuinfra.ops.http``, the kubeconfig's credentials), so every thread
+    ends: waiting for all of them takes the longest bound, not their sum."""
+    results: dict[str, list[Item]] = {}
+    errors: dict[str, BaseException] = {}
+
+    def read(source: str, load: Callable[[], list[Item]]) -> None:
+        try:
+            results[source] = load()
+        except ToolError as exc:
+            results[source] = [Item("source", source, "unread", exc.message)]
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors[source] = exc
+
+    threads = [
+        threading.Thread(target=read, args=(source, load), name=source, daemon=True)
+        for source, load in reads.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for source in reads:
+        if source in errors:
+            raise errors[source]
+    return results
 
 
 def failed(items: Iterable[Item]) -> list[Item]:
     return [i for i in items if i.status == "fail"]
+
+
+def unread(items: Iterable[Item]) -> list[Item]:
+    return [i for i in items if i.status == "unread"]

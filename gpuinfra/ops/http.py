@@ -89,7 +89,6 @@ def get_json(
     *,
     what: str,
     headers: Mapping[str, str] | None = None,
-    timeout: float = TIMEOUT_S,
 ) -> Any:
     """GET ``url`` and parse its JSON; ToolError naming ``what`` when it cannot be had."""
     full = f"{url}?{urllib.parse.urlencode(params)}" if params else url
@@ -97,7 +96,7 @@ def get_json(
         full, headers={"Accept": "application/json", **(headers or {})}
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             body = read_bounded(iter(lambda: response.read1(1 << 16), b""), f"{what} at {url}")
     except urllib.error.HTTPError as exc:
         detail = exc.read(300).decode("utf-8", "replace").strip()

@@ -24,7 +24,7 @@ import kubernetes_validate
 import pytest
 
 from tests import servers
-from tests.conftest import ROOT, left_running, run_cli, run_main
+from tests.conftest import ROOT, doctor_rows, left_running, run_cli, run_main
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
 H200_REPORT = ROOT / "tests" / "fixtures" / "h200-node-check.json"
@@ -157,6 +157,14 @@ def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
     result = run_cli("doctor", "--format", "json", *args)
     assert "Traceback" not in result.stderr, result.stderr
     return result.code, json.loads(result.stdout)
+
+
+# What a check given only --kubeconfig shows when it cannot read the API: nothing from it.
+KUBERNETES_UNREAD = [
+    ("source", "kubernetes", "UNREAD"),
+    ("scrape", "-", "skip"),
+    ("alert", "-", "skip"),
+]
 
 
 def _by_subject(document: dict[str, Any], check: str) -> dict[str, tuple[str, str]]:
@@ -446,7 +454,8 @@ def test_a_server_that_is_not_the_kubernetes_api_is_one_line_and_exit_3(
     with servers.static({"/api/v1/nodes": (kind, body)}) as url:
         path = _kubeconfig(tmp_path / "kubeconfig", url)
         result = run_cli("doctor", "--kubeconfig", str(path))
-    assert (result.code, result.stdout) == (3, "")
+    assert result.code == 3
+    assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
     assert result.stderr.splitlines() == [
         f"error: Kubernetes API at {url}: the answer is not what the Kubernetes API returns"
     ]
@@ -455,6 +464,85 @@ def test_a_server_that_is_not_the_kubernetes_api_is_one_line_and_exit_3(
 @pytest.fixture
 def silent_server(silent_port: int) -> str:
     return f"http://127.0.0.1:{silent_port}"
+
+
+def test_a_server_that_cannot_be_read_leaves_the_other_sources_checked(
+    kubeconfig: Path,
+    node_reports: Path,
+    silent_server: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuinfra.ops import http
+
+    monkeypatch.setattr(http, "TIMEOUT_S", 3.0)
+    started = time.monotonic()
+    code, out, err = run_main(
+        capsys, "doctor", "--format", "json", "--site", SITE, "--kubeconfig", str(kubeconfig),
+        "--prometheus", silent_server, "--alertmanager", silent_server,
+        "--node-checks", str(node_reports),
+    )  # fmt: skip
+    # Read side by side: two servers that never answer cost one bound, not two.
+    assert time.monotonic() - started < 5.5
+    assert code == 3
+    document = json.loads(out)
+    assert document["ok"] is False
+    assert _by_subject(document, "source") == {
+        "prometheus": (
+            "unread",
+            f"Prometheus at {silent_server}/api/v1/targets does not answer: timed out",
+        ),
+        "alertmanager": (
+            "unread",
+            f"Alertmanager at {silent_server}/api/v2/alerts does not answer: timed out",
+        ),
+    }
+    assert err.splitlines() == [
+        f"error: Prometheus at {silent_server}/api/v1/targets does not answer: timed out",
+        f"error: Alertmanager at {silent_server}/api/v2/alerts does not answer: timed out",
+    ]
+    # What could be read is judged as ever.
+    assert _by_subject(document, "gpu-node")["gpu-node-02"][0] == "fail"
+    assert _by_subject(document, "triton") == {"triton/triton": ("ok", "2 of 2 replicas ready")}
+    assert _by_subject(document, "node-check")["gpu-node-02"][0] == "fail"
+
+
+def test_the_table_counts_sources_not_read_apart_from_failed_items(
+    kubeconfig: Path, closed_port: int
+) -> None:
+    refused = f"http://127.0.0.1:{closed_port}"
+    result = run_cli("doctor", "--site", SITE, "--kubeconfig", str(kubeconfig),
+                     "--alertmanager", refused)  # fmt: skip
+    assert result.code == 3
+    assert ("source", "alertmanager", "UNREAD") in doctor_rows(result.stdout)
+    assert result.stdout.splitlines()[-1] == "1 of 5 items failed, 1 source not read"
+    assert result.stderr.splitlines() == [
+        f"error: Alertmanager at {refused}/api/v2/alerts does not answer: "
+        "[Errno 111] Connection refused"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--alertmanager", "alertmanager:9093"],
+         "--alertmanager 'alertmanager:9093': not an http(s) URL (e.g. http://127.0.0.1:9090; "
+         "ASCII, no query or fragment)"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig: no such file"),
+        (["--node-checks", "/nonexistent/reports"],
+         "--node-checks /nonexistent/reports: no such file or no *.json in the directory"),
+    ],
+    ids=["url", "kubeconfig", "node-checks"],
+)  # fmt: skip
+def test_a_mistake_is_found_before_any_server_is_asked(
+    args: list[str], message: str, silent_server: str
+) -> None:
+    started = time.monotonic()
+    result = run_cli("doctor", "--prometheus", silent_server, *args)
+    # Prometheus never answers: the command would wait for it (15 s) before a late check.
+    assert time.monotonic() - started < 10
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [f"error: {message}"]
 
 
 def test_a_kubernetes_api_that_never_answers_is_asked_once(
@@ -471,7 +559,8 @@ def test_a_kubernetes_api_that_never_answers_is_asked_once(
     code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
     # The client on its own retries three times, each waiting for the whole read timeout.
     assert time.monotonic() - started < 3
-    assert (code, out) == (3, "")
+    assert code == 3
+    assert doctor_rows(out) == KUBERNETES_UNREAD
     assert err.splitlines() == [
         f"error: Kubernetes API at {silent_server} does not answer within 1 s"
     ]
@@ -480,7 +569,8 @@ def test_a_kubernetes_api_that_never_answers_is_asked_once(
 def test_a_kubernetes_api_that_refuses_the_connection_is_one_short_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{servers.free_port()}"
     result = run_cli("doctor", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig", url)))
-    assert (result.code, result.stdout) == (3, "")
+    assert result.code == 3
+    assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
     assert result.stderr.splitlines() == [
         f"error: Kubernetes API at {url} does not answer: [Errno 111] Connection refused"
     ]
@@ -493,7 +583,8 @@ def test_a_refused_request_shows_the_apis_own_message(tmp_path: Path) -> None:
         path = _kubeconfig(tmp_path / "kubeconfig", url)
         before = path.read_bytes()
         result = run_cli("doctor", "--kubeconfig", str(path))
-    assert (result.code, result.stdout) == (3, "")
+    assert result.code == 3
+    assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
     assert result.stderr.splitlines() == [f"error: Kubernetes API at {url}: HTTP 401: Unauthorized"]
     assert path.read_bytes() == before
 
@@ -509,7 +600,8 @@ def test_a_kubernetes_answer_larger_than_the_bound_is_refused(
     with servers.static({"/api/v1/nodes": ("application/json", padded)}) as url:
         path = _kubeconfig(tmp_path / "kubeconfig", url)
         code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
-    assert (code, out) == (3, "")
+    assert code == 3
+    assert doctor_rows(out) == KUBERNETES_UNREAD
     assert err.splitlines() == [f"error: Kubernetes API at {url}: the answer is larger than 1 MiB"]
 
 
@@ -563,7 +655,8 @@ def test_an_exec_plugin_that_gives_no_credential_is_one_line_and_exit_3(
     with servers.static({"/api/v1/nodes": _json(FIXTURES / "nodes.json")}) as url:
         path = _exec_kubeconfig(tmp_path / "kubeconfig", url, plugin)
         result = run_cli("doctor", "--kubeconfig", str(path))
-    assert (result.code, result.stdout) == (3, "")
+    assert result.code == 3
+    assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"error: --kubeconfig {path}: the user's exec plugin failed: ")
     assert reason in line
@@ -584,7 +677,8 @@ def test_an_exec_plugin_that_never_answers_is_ended_with_what_it_started(
         started = time.monotonic()
         code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
     assert time.monotonic() - started < 10
-    assert (code, out) == (3, "")
+    assert code == 3
+    assert doctor_rows(out) == KUBERNETES_UNREAD
     assert err.splitlines() == [
         f"error: --kubeconfig {path}: the user's exec plugin failed: exec: no credential within 1 s"
     ]
@@ -628,7 +722,8 @@ def test_an_oidc_issuer_that_never_answers_ends_the_check_by_its_bound(
         started = time.monotonic()
         code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
     assert time.monotonic() - started < 10
-    assert (code, out) == (3, "")
+    assert code == 3
+    assert doctor_rows(out) == KUBERNETES_UNREAD
     assert err.splitlines() == [
         f"error: --kubeconfig {path}: the user's credentials did not load within 1 s (an OIDC "
         "issuer or an exec plugin that does not answer)"
