@@ -60,6 +60,9 @@ NOTIFYING = ("critical", "warning")
 ALWAYS_FIRING = ("Watchdog", "InfoInhibitor")
 # A node check report older than this is not "the latest" any more.
 STALE_REPORT_S = 24 * 3600
+# A report stamped further ahead of this machine's clock was written by a host whose clock (or
+# this machine's) is wrong; NTP keeps a synchronized pair within a fraction of a second.
+CLOCK_AHEAD_S = 5 * 60
 
 
 @dataclass(frozen=True)
@@ -562,11 +565,18 @@ def node_check_items(path: Path, now: float | None = None) -> list[Item]:
             items.append(Item("node-check", host, "fail", report))
             continue
         failed = [c for c in report["checks"] if c.get("status") == "fail"]
-        # A report stamped ahead of this machine's clock (the host's runs ahead) is just taken.
+        # A report stamped a little ahead of this machine's clock is just taken.
         age_h = max(0.0, moment - checked_at) / 3600
         if failed:
             names = ", ".join(f"{c['name']} ({c.get('detail', '')})" for c in failed)
             items.append(Item("node-check", host, "fail", f"failed: {names}"))
+        elif checked_at - moment > CLOCK_AHEAD_S:
+            # Its age cannot be told, and a clock that far off breaks TLS and log order too.
+            detail = (
+                f"report is stamped {_span(checked_at - moment)} ahead of this machine's clock: "
+                "the host's clock or this one is wrong"
+            )
+            items.append(Item("node-check", host, "fail", detail))
         elif report.get("gpu_present") is False:
             items.append(Item("node-check", host, "skip", "no GPU present"))
         elif moment - checked_at > STALE_REPORT_S:
@@ -577,6 +587,15 @@ def node_check_items(path: Path, now: float | None = None) -> list[Item]:
         # "all ok" would say every node passed its checks when none was read.
         items.append(Item("node-check", "-", "fail", f"no node check report in {path}"))
     return items
+
+
+def _span(seconds: float) -> str:
+    """A time span as people read it: 7 min, 3.0 h, 2.5 d."""
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 24 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 # --- all of it ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -317,6 +318,31 @@ def test_a_report_is_as_old_as_its_check_not_its_file(tmp_path: Path) -> None:
         "gpu-node-02": ("ok", "all checks pass (2.0 h ago)"),
         "gpu-node-03": ("ok", "all checks pass (1.0 h ago)"),
     }
+
+
+def test_a_report_stamped_ahead_of_this_clock_names_the_clock(tmp_path: Path) -> None:
+    # A host whose clock runs hours ahead stamps its reports in the future: they would read as
+    # just taken until this machine's clock caught up.
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for host, seconds_ago in (("gpu-node-01", -3 * 3600), ("gpu-node-02", -60)):
+        stamped = {**report, "host": host, "checked_at": _utc(seconds_ago)}
+        (folder / f"{host}.json").write_text(json.dumps(stamped))
+    code, document = _doctor("--node-checks", str(folder))
+    assert code == 1
+    status, detail = _by_subject(document, "node-check")["gpu-node-01"]
+    assert status == "fail"
+    assert re.fullmatch(
+        r"report is stamped (2\.9|3\.0) h ahead of this machine's clock: the host's clock or this "
+        r"one is wrong",
+        detail,
+    )
+    # A minute ahead is ordinary skew: the report is just taken.
+    assert _by_subject(document, "node-check")["gpu-node-02"] == (
+        "ok",
+        "all checks pass (0.0 h ago)",
+    )
 
 
 @pytest.mark.parametrize("stamp", ["yesterday", "2026-12-01T06:00:00", 1764568800, ""])
