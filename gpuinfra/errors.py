@@ -106,6 +106,13 @@ class InputInvalid(CheckFailed):
     exit_code = EXIT_USAGE
 
 
+class SourcesUnread(CheckFailed):
+    """Services a command could not read, a line each, after it showed what it read from the
+    others. Exit code 3."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
 class UsageError(GpuinfraError):
     """A command asked for something that does not exist (an unknown stack, a missing site)."""
 
@@ -116,17 +123,6 @@ class ToolError(GpuinfraError):
     """An external tool or service the command needs failed or is missing (podman, git, a mirror)."""
 
     exit_code = EXIT_ENVIRONMENT
-
-
-class SourcesUnread(ToolError):
-    """Services a command could not read, after it showed what it read from the others. Exit 3."""
-
-    def __init__(self, reasons: Iterable[str]) -> None:
-        self.reasons = list(reasons)
-        super().__init__("\n".join(self.reasons))
-
-    def lines(self) -> list[str]:
-        return list(self.reasons)
 
 
 class Interrupted(GpuinfraError):

@@ -111,11 +111,11 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
 
     The kubernetes client reads the kubeconfig (TLS, tokens, exec plugins) and checks each answer
     against its models; the requests are made here, once each, and read within the bounds of
-    ``gpuinfra.ops.http``: the client's own retries four times a server that never answers."""
+    ``gpuinfra.ops.http``: the client's own retries four times a server that never answers.
+    The file is one that ``check_kubeconfig`` passed."""
     import yaml
     from kubernetes import config
 
-    check_kubeconfig(kubeconfig)
     try:
         # persist_config=False: a token the client refreshes is not written back to the file.
         with _exec_plugin_failures() as failures, _exec_plugin_bounded(EXEC_PLUGIN_TIMEOUT_S):

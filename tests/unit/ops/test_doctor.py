@@ -296,19 +296,26 @@ def _utc(seconds_ago: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds_ago))
 
 
+def _stamped_reports(folder: Path, checked: dict[str, float]) -> Path:
+    """``folder`` holding a node check report per host, each stamped as run ``checked[host]``
+    seconds ago (ahead of now where negative); every file is written now."""
+    report = json.loads(H200_REPORT.read_text("utf-8"))
+    folder.mkdir()
+    for host, seconds_ago in checked.items():
+        stamped = {**report, "host": host, "checked_at": _utc(seconds_ago)}
+        (folder / f"{host}.json").write_text(json.dumps(stamped))
+    return folder
+
+
 def test_a_report_is_as_old_as_its_check_not_its_file(tmp_path: Path) -> None:
     # Reports fetched this morning (a CI artifact, a plain scp): the files are new, and the
     # age comes from when each check ran.
-    report = json.loads(H200_REPORT.read_text("utf-8"))
-    folder = tmp_path / "fetched"
-    folder.mkdir()
-    stale = {**report, "host": "gpu-node-01", "checked_at": _utc(48 * 3600)}
-    fresh = {**report, "host": "gpu-node-02", "checked_at": _utc(2 * 3600)}
-    (folder / "gpu-node-01.json").write_text(json.dumps(stale))
-    (folder / "gpu-node-02.json").write_text(json.dumps(fresh))
+    folder = _stamped_reports(
+        tmp_path / "fetched",
+        {"gpu-node-01": 48 * 3600, "gpu-node-02": 2 * 3600, "gpu-node-03": 3600},
+    )
     # A file whose time is old (restored from a backup) with a check that ran an hour ago.
     kept = folder / "gpu-node-03.json"
-    kept.write_text(json.dumps({**report, "host": "gpu-node-03", "checked_at": _utc(3600)}))
     week_ago = time.time() - 7 * 24 * 3600
     os.utime(kept, (week_ago, week_ago))
     code, document = _doctor("--node-checks", str(folder))
@@ -323,12 +330,7 @@ def test_a_report_is_as_old_as_its_check_not_its_file(tmp_path: Path) -> None:
 def test_a_report_stamped_ahead_of_this_clock_names_the_clock(tmp_path: Path) -> None:
     # A host whose clock runs hours ahead stamps its reports in the future: they would read as
     # just taken until this machine's clock caught up.
-    report = json.loads(H200_REPORT.read_text("utf-8"))
-    folder = tmp_path / "reports"
-    folder.mkdir()
-    for host, seconds_ago in (("gpu-node-01", -3 * 3600), ("gpu-node-02", -60)):
-        stamped = {**report, "host": host, "checked_at": _utc(seconds_ago)}
-        (folder / f"{host}.json").write_text(json.dumps(stamped))
+    folder = _stamped_reports(tmp_path / "reports", {"gpu-node-01": -3 * 3600, "gpu-node-02": -60})
     code, document = _doctor("--node-checks", str(folder))
     assert code == 1
     status, detail = _by_subject(document, "node-check")["gpu-node-01"]
