@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import queue
 import subprocess
 import threading
 import time
@@ -657,33 +658,32 @@ def _prometheus_items(prometheus: Prometheus, triton: TritonSettings | None) -> 
 
 def _side_by_side(reads: Mapping[str, Callable[[], list[Item]]]) -> dict[str, list[Item]]:
     """Each source's items, the sources read in threads of their own. A source that cannot be
-    read (ToolError) is one unread item naming why; any other error is raised once all are done.
+    read (ToolError) is one unread item naming why.
 
+    Any other error (a kubeconfig the client cannot use) is raised as soon as it comes: the
+    command ends on it without waiting for the other servers, whose daemon threads it leaves.
     Each read is bounded (``gpuinfra.ops.http``, the kubeconfig's credentials), so every thread
     ends: waiting for all of them takes the longest bound, not their sum."""
-    results: dict[str, list[Item]] = {}
-    errors: dict[str, BaseException] = {}
+    done: queue.Queue[tuple[str, list[Item] | BaseException]] = queue.Queue()
 
     def read(source: str, load: Callable[[], list[Item]]) -> None:
         try:
-            results[source] = load()
+            done.put((source, load()))
         except ToolError as exc:
-            results[source] = [Item("source", source, "unread", exc.message)]
+            done.put((source, [Item("source", source, "unread", exc.message)]))
         except BaseException as exc:  # re-raised in the caller's thread
-            errors[source] = exc
+            done.put((source, exc))
 
-    threads = [
-        threading.Thread(target=read, args=(source, load), name=source, daemon=True)
-        for source, load in reads.items()
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for source in reads:
-        if source in errors:
-            raise errors[source]
-    return results
+    for source, load in reads.items():
+        threading.Thread(target=read, args=(source, load), name=source, daemon=True).start()
+    results: dict[str, list[Item]] = {}
+    while len(results) < len(reads):
+        source, outcome = done.get()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        results[source] = outcome
+    # In the order the sources were given, whichever answered first.
+    return {source: results[source] for source in reads}
 
 
 def failed(items: Iterable[Item]) -> list[Item]:

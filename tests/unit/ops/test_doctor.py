@@ -573,6 +573,21 @@ def test_a_mistake_is_found_before_any_server_is_asked(
     assert result.stderr.splitlines() == [f"error: {message}"]
 
 
+def test_a_kubeconfig_the_client_cannot_use_ends_the_check_without_waiting(
+    silent_server: str, tmp_path: Path
+) -> None:
+    # A mapping, so the checks before any server is asked pass; the client finds no context.
+    path = tmp_path / "kubeconfig"
+    path.write_text("kind: Config\n")
+    started = time.monotonic()
+    result = run_cli("doctor", "--prometheus", silent_server, "--kubeconfig", str(path))
+    # Prometheus never answers: the command would wait for it (15 s) before naming the mistake.
+    assert time.monotonic() - started < 10
+    assert (result.code, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: --kubeconfig {path}: not a usable kubeconfig: Invalid kube")
+
+
 def test_a_kubernetes_api_that_never_answers_is_asked_once(
     silent_server: str,
     tmp_path: Path,
