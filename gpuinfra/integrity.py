@@ -922,30 +922,119 @@ def _gpu_resource(name: str) -> bool:
     return name == GPU_RESOURCE or name.startswith("nvidia.com/mig-")
 
 
-def _outside_queues(state: State) -> list[Finding]:
+# KEDA's maxReplicaCount when a ScaledObject does not set it.
+KEDA_MAX_REPLICAS = 100
+
+
+def _most_replicas(state: State, obj: Mapping[str, Any]) -> int:
+    """The most pods a Deployment, StatefulSet or Job runs at once: its replicas (a Job's
+    parallelism), or the most an autoscaler that targets it may give."""
+    spec = obj.get("spec", {})
+    if obj.get("kind") == "Job":
+        return _count(spec.get("parallelism", 1)) or 0
+    most = _count(spec.get("replicas", 1)) or 0
+    key = (obj.get("metadata", {}).get("namespace"), obj.get("metadata", {}).get("name"))
+    for _render, scaler in _objects(state):
+        scaler_spec = scaler.get("spec", {})
+        target = (
+            scaler.get("metadata", {}).get("namespace"),
+            scaler_spec.get("scaleTargetRef", {}).get("name"),
+        )
+        if target != key:
+            continue
+        if scaler.get("kind") == "HorizontalPodAutoscaler":
+            most = max(most, _count(scaler_spec.get("maxReplicas")) or 0)
+        elif scaler.get("kind") == "ScaledObject":
+            most = max(most, _count(scaler_spec.get("maxReplicaCount", KEDA_MAX_REPLICAS)) or 0)
+    return most
+
+
+@dataclass(frozen=True)
+class _Outside:
+    """A workload that asks for GPUs without a queue: the nodes it fits and what it holds."""
+
+    obj: Mapping[str, Any]
+    nodes: tuple[Nodes, ...]
+    # Per GPU resource, the most it holds at once on those nodes.
+    holds: Mapping[str, float]
+
+
+def _outside(state: State) -> list[_Outside]:
     found = []
     for _render, obj in _objects(state):
         if obj.get("kind") not in WORKLOAD_KINDS:
             continue
         template = obj.get("spec", {}).get("template", {})
-        asks_gpu = any(_gpu_resource(r) for r in _requests(template.get("spec", {})))
+        pod = template.get("spec", {})
+        per_pod = {r: v for r, v in _requests(pod).items() if _gpu_resource(r) and v}
         labels = {
             **obj.get("metadata", {}).get("labels", {}),
             **template.get("metadata", {}).get("labels", {}),
         }
         # The GPU Operator's smoke test holds one GPU for seconds right after an install, in
         # the operator's namespace where no queue is; counting it against quotas means nothing.
-        if labels.get(_NAME_LABEL) == SMOKE_TEST:
+        if not per_pod or QUEUE_LABEL in labels or labels.get(_NAME_LABEL) == SMOKE_TEST:
             continue
-        if asks_gpu and QUEUE_LABEL not in labels:
+        fits = tuple(n for n in state.nodes if not _misfit(pod, n))
+        # A DaemonSet runs one pod on every node it fits.
+        pods = (
+            sum(n.count for n in fits)
+            if obj.get("kind") == "DaemonSet"
+            else _most_replicas(state, obj)
+        )
+        found.append(_Outside(obj, fits, {r: v * pods for r, v in per_pod.items()}))
+    return found
+
+
+def _outside_queues(state: State) -> list[Finding]:
+    """GPU pods outside every queue take GPUs from the nodes a Kueue flavor hands out. Where
+    the flavor's quotas and what those pods may hold together exceed what the nodes give, jobs
+    Kueue admits wait for GPUs the pods hold: the quota should leave room for them."""
+    flavors = {
+        obj["metadata"]["name"]: _selected(state.nodes, obj.get("spec", {}).get("nodeLabels", {}))
+        for _render, obj in _objects(state)
+        if obj.get("kind") == "ResourceFlavor"
+    }
+    granted: dict[tuple[str, str], float] = {}
+    for _render, queue in _objects(state):
+        if queue.get("kind") != "ClusterQueue":
+            continue
+        for group in queue.get("spec", {}).get("resourceGroups", []):
+            for flavor in group.get("flavors", []):
+                for resource in flavor.get("resources", []):
+                    key = (flavor.get("name", ""), resource.get("name", ""))
+                    granted[key] = granted.get(key, 0.0) + quantity(resource.get("nominalQuota", 0))
+    outside = _outside(state)
+    found = []
+    for workload in outside:
+        for (flavor, resource), quota in sorted(granted.items()):
+            held = workload.holds.get(resource)
+            nodes = flavors.get(flavor, [])
+            shared = {n.name for n in nodes}
+            if held is None or not quota or not shared & {n.name for n in workload.nodes}:
+                continue
+            # Every such pod that may land on these nodes, counted as if all of it did.
+            beside = sum(
+                other.holds.get(resource, 0.0)
+                for other in outside
+                if shared & {n.name for n in other.nodes}
+            )
+            capacity = sum(n.allocatable.get(resource, 0.0) * n.count for n in nodes)
+            if quota + beside <= capacity:
+                continue
+            room = max(capacity - beside, 0.0)
             found.append(
                 Finding(
                     "warning",
                     "quotas",
-                    _label(obj),
-                    "metadata.labels",
-                    f"asks for GPUs outside Kueue's accounting (no {QUEUE_LABEL} label): "
-                    "the ClusterQueue's quota does not count them",
+                    _label(workload.obj),
+                    "spec.template.spec",
+                    f"holds up to {_shown(resource, held)} {resource} outside Kueue's accounting "
+                    f"(no {QUEUE_LABEL} label) on the nodes flavor {flavor} selects, which give "
+                    f"{_shown(resource, capacity)} at their largest, while Kueue grants "
+                    f"{_shown(resource, quota)} there: jobs it admits can wait for GPUs these "
+                    f"pods hold; lower flavor {flavor}'s {resource} quota to "
+                    f"{_shown(resource, room)}",
                 )
             )
     return found

@@ -82,6 +82,18 @@ def doctor_rows(table: str) -> list[tuple[str, str, str]]:
     return [(check, subject, status) for check, subject, status, _ in cells if status]
 
 
+def example_site_with_full_l4_quota(tmp_path: Path) -> Path:
+    """inventory/example copied, its Kueue L4 flavor granting all eight of the L4 host's GPUs
+    while Triton's replica holds one outside Kueue: a site that draws a `quotas` warning."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", site)
+    kueue = site / "group_vars" / "all" / "kueue.yml"
+    text = kueue.read_text()
+    assert "    gpus: 7\n" in text, "the example's L4 flavor changed: update this helper"
+    kueue.write_text(text.replace("    gpus: 7\n", "    gpus: 8\n"))
+    return site
+
+
 def running(pid: int) -> bool:
     """Whether ``pid`` still runs: an ended process not yet reaped by its parent does not."""
     try:

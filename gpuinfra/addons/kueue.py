@@ -124,7 +124,8 @@ class KueueSettings(AddonSettings):
         "label value), gpus, cpu, memory, gpu_borrowing_limit (optional), mig_slices (optional: "
         "quota per MIG profile, e.g. {3g.71gb: 4} for nvidia.com/mig-3g.71gb), efa_interfaces "
         "(optional: the quota of EFA interfaces; a Job asking for EFA is admitted only where "
-        "some flavor has it).",
+        "some flavor has it). gpus is at most what that type's nodes give, less what GPU pods "
+        "outside every queue (Triton's) may hold there.",
     )
     teams: list[Team] = Field(
         default_factory=list,

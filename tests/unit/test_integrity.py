@@ -13,7 +13,7 @@ from pulumi.runtime import config as pulumi_config
 from gpuinfra import addons, config, integrity
 from gpuinfra.addons.base import AddonRender
 from gpuinfra.errors import ConfigError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, example_site_with_full_l4_quota, run_cli
 
 # Sized for dev's g6.xlarge (4 vCPUs, 16 GiB): the defaults (4 CPUs, 16Gi) do not fit it.
 TRITON: dict[str, Any] = {
@@ -109,12 +109,30 @@ def test_a_workload_no_node_can_run_is_an_error_that_names_each_nodes_reason() -
     assert only(findings(stack("dev", triton=TRITON)), "scheduling") == []
 
 
-def test_gpu_pods_outside_kueue_are_a_warning() -> None:
-    (warning,) = [
-        f for f in only(findings(stack("dev", triton=TRITON)), "quotas") if f.severity == "warning"
-    ]
+def quota_warnings(cfg: config.StackConfig) -> list[integrity.Finding]:
+    return [f for f in only(findings(cfg), "quotas") if f.severity == "warning"]
+
+
+def test_gpu_pods_outside_kueue_beside_a_full_quota_are_a_warning_naming_the_room() -> None:
+    # dev's l4 pool gives 2 GPUs at its largest; Kueue grants both, Triton's replica holds one.
+    (warning,) = quota_warnings(stack("dev", triton=TRITON))
     assert warning.object == "Deployment triton/triton"
-    assert "outside Kueue's accounting" in warning.message
+    assert warning.message == (
+        "holds up to 1 nvidia.com/gpu outside Kueue's accounting (no kueue.x-k8s.io/queue-name "
+        "label) on the nodes flavor l4 selects, which give 2 at their largest, while Kueue "
+        "grants 2 there: jobs it admits can wait for GPUs these pods hold; lower flavor l4's "
+        "nvidia.com/gpu quota to 1"
+    )
+    # The autoscaler may run up to maxReplicas: that is what the quota must leave.
+    scaled = {**TRITON, "autoscaling": True, "maxReplicas": 2}
+    (warning,) = quota_warnings(stack("dev", triton=scaled))
+    assert "holds up to 2 nvidia.com/gpu" in warning.message
+    assert warning.message.endswith("lower flavor l4's nvidia.com/gpu quota to 0")
+
+
+def test_a_quota_that_leaves_room_for_the_gpu_pods_outside_kueue_is_no_warning() -> None:
+    flavors = [{"gpuType": "l4", "gpus": 1, "cpu": "7", "memory": "28Gi"}]
+    assert quota_warnings(stack("dev", triton=TRITON, kueue={"flavors": flavors})) == []
 
 
 def test_an_autoscaler_without_a_metrics_server_is_an_error() -> None:
@@ -242,9 +260,21 @@ def site_findings(path: Path) -> list[integrity.Finding]:
 
 def test_the_example_site_passes_with_no_error() -> None:
     found = site_findings(ROOT / "inventory" / "example")
-    assert [f for f in found if f.severity == "error"] == []
-    # Triton's L4 replica sits outside Kueue's accounting: said, not refused.
-    assert [f.object for f in found] == ["Deployment triton/triton"]
+    # Kueue's L4 quota leaves the GPU that Triton's replica holds outside its accounting.
+    assert found == []
+
+
+def test_gpu_pods_on_nodes_no_flavor_hands_out_are_no_warning(tmp_path: Path) -> None:
+    site = example_site_with_full_l4_quota(tmp_path)
+    kueue = site / "group_vars" / "all" / "kueue.yml"
+    (warning,) = site_findings(site)
+    assert warning.object == "Deployment triton/triton"
+    assert warning.message.endswith("lower flavor l4's nvidia.com/gpu quota to 7")
+    # Kueue hands out the H100 host alone: Triton's L4 takes nothing a queue admits.
+    document = yaml.safe_load(kueue.read_text())
+    document["kueue_flavors"] = [f for f in document["kueue_flavors"] if f["gpu_type"] == "h100"]
+    kueue.write_text(yaml.safe_dump(document))
+    assert site_findings(site) == []
 
 
 def test_a_site_whose_hosts_carry_no_gpu_type_cannot_run_triton_or_use_its_quotas(

@@ -10,7 +10,7 @@ import pytest
 
 from gpuinfra import addons, integrity, site
 from gpuinfra.errors import ConfigError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, example_site_with_full_l4_quota
 
 EXAMPLE = ROOT / "inventory" / "example"
 
@@ -24,11 +24,15 @@ def _as_the_play_resolves(path: Path) -> tuple[addons.AddonsSettings, site.Site]
     return addons.settings_from_play(play), site.resolved_site("mysite", hosts, skip=addons.ADDONS)
 
 
-def test_a_valid_site_gives_config_checks_warnings() -> None:
+def test_a_valid_site_gives_config_checks_warnings(tmp_path: Path) -> None:
     settings, resolved = _as_the_play_resolves(EXAMPLE)
+    assert integrity.check_play(settings, resolved, "mysite") == []
+    assert integrity.load_checked_site(EXAMPLE).warnings == []
+    warned = example_site_with_full_l4_quota(tmp_path)
+    settings, resolved = _as_the_play_resolves(warned)
     warnings = integrity.check_play(settings, resolved, "mysite")
     assert warnings
-    assert warnings == integrity.load_checked_site(EXAMPLE).warnings
+    assert warnings == integrity.load_checked_site(warned).warnings
 
 
 def test_a_gpu_type_no_host_offers_is_refused_as_config_check_refuses_it(tmp_path: Path) -> None:

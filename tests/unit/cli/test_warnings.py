@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,7 @@ from gpuinfra import integrity, support, versions
 from gpuinfra.cli import console
 from gpuinfra.cli.review import diff_tables
 from gpuinfra.review import diff as diff_mod
-from tests.conftest import ROOT, run_main
+from tests.conftest import example_site_with_full_l4_quota, run_main
 
 NARROW = 40
 # A date on which several pins are past or near their end of support (test_support.py).
@@ -47,13 +48,13 @@ def test_versions_check_warnings_are_one_line(capsys: pytest.CaptureFixture[str]
 
 @pytest.mark.usefixtures("narrow")
 def test_config_check_site_warnings_are_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The example site's Triton asks for GPUs outside Kueue's accounting: a long warning.
-    monkeypatch.chdir(ROOT)
-    code, out, err = run_main(capsys, "config", "check", "--site", "inventory/example")
+    # Kueue granting all of the L4 host's GPUs beside Triton's replica: a long warning.
+    site = example_site_with_full_l4_quota(tmp_path)
+    code, out, err = run_main(capsys, "config", "check", "--site", str(site))
     assert (code, err) == (0, ""), err
-    warnings = integrity.load_checked_site(ROOT / "inventory" / "example").warnings
+    warnings = integrity.load_checked_site(site).warnings
     expected = [f"warning: {w.object} {w.path}: {w.message}" for w in warnings]
     assert_one_line_each(out, expected)
 

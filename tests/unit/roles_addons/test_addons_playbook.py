@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gpuinfra import addons
+from tests.conftest import example_site_with_full_l4_quota
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_VARS = ROOT / "inventory" / "example" / "group_vars" / "all"
@@ -278,17 +279,16 @@ def test_site_yml_refuses_in_the_sites_files_what_config_check_refuses(
 
 
 def test_a_valid_site_passes_the_whole_site_check_with_config_checks_warnings(
-    kubeconfig: Path,
+    kubeconfig: Path, tmp_path: Path
 ) -> None:
     """The example site, whose GPU hosts the check reads from the inventory, passes on to the
     cluster; what `config check --site` warns of, the play warns of."""
     from gpuinfra import integrity
 
-    checked = integrity.load_checked_site(ROOT / "inventory" / "example")
+    site = example_site_with_full_l4_quota(tmp_path)
+    checked = integrity.load_checked_site(site)
     assert checked.warnings
-    proc = _run(
-        "playbooks/addons.yml", kubeconfig=kubeconfig, inventory=ROOT / "inventory" / "example"
-    )
+    proc = _run("playbooks/addons.yml", kubeconfig=kubeconfig, inventory=site)
     output = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2, output
     assert f"Cannot reach the Kubernetes API server with {kubeconfig}" in output
