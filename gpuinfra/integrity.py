@@ -833,15 +833,7 @@ def _volcano_queues(state: State) -> list[Finding]:
                         "lower it",
                     )
                 )
-    kueue_gpus = sum(
-        quantity(resource.get("nominalQuota", 0))
-        for _render, obj in _objects(state)
-        if obj.get("kind") == "ClusterQueue"
-        for group in obj.get("spec", {}).get("resourceGroups", [])
-        for flavor in group.get("flavors", [])
-        for resource in flavor.get("resources", [])
-        if resource.get("name") == GPU_RESOURCE
-    )
+    kueue_gpus = sum(q for (_flavor, r), q in _kueue_grants(state).items() if r == GPU_RESOURCE)
     gpus = total.get(GPU_RESOURCE, 0.0)
     if volcano_gpus and kueue_gpus and volcano_gpus + kueue_gpus > gpus:
         found.append(
@@ -922,6 +914,20 @@ def _gpu_resource(name: str) -> bool:
     return name == GPU_RESOURCE or name.startswith("nvidia.com/mig-")
 
 
+def _kueue_grants(state: State) -> dict[tuple[str, str], float]:
+    """The nominal quota of each (flavor, resource), summed over every ClusterQueue."""
+    granted: dict[tuple[str, str], float] = {}
+    for _render, queue in _objects(state):
+        if queue.get("kind") != "ClusterQueue":
+            continue
+        for group in queue.get("spec", {}).get("resourceGroups", []):
+            for flavor in group.get("flavors", []):
+                for resource in flavor.get("resources", []):
+                    key = (flavor.get("name", ""), resource.get("name", ""))
+                    granted[key] = granted.get(key, 0.0) + quantity(resource.get("nominalQuota", 0))
+    return granted
+
+
 # KEDA's maxReplicaCount when a ScaledObject does not set it.
 KEDA_MAX_REPLICAS = 100
 
@@ -995,29 +1001,21 @@ def _outside_queues(state: State) -> list[Finding]:
         for _render, obj in _objects(state)
         if obj.get("kind") == "ResourceFlavor"
     }
-    granted: dict[tuple[str, str], float] = {}
-    for _render, queue in _objects(state):
-        if queue.get("kind") != "ClusterQueue":
-            continue
-        for group in queue.get("spec", {}).get("resourceGroups", []):
-            for flavor in group.get("flavors", []):
-                for resource in flavor.get("resources", []):
-                    key = (flavor.get("name", ""), resource.get("name", ""))
-                    granted[key] = granted.get(key, 0.0) + quantity(resource.get("nominalQuota", 0))
+    granted = _kueue_grants(state)
     outside = _outside(state)
     found = []
     for workload in outside:
         for (flavor, resource), quota in sorted(granted.items()):
             held = workload.holds.get(resource)
             nodes = flavors.get(flavor, [])
-            shared = {n.name for n in nodes}
-            if held is None or not quota or not shared & {n.name for n in workload.nodes}:
+            handed_out = {n.name for n in nodes}
+            if held is None or not quota or not handed_out & {n.name for n in workload.nodes}:
                 continue
             # Every such pod that may land on these nodes, counted as if all of it did.
             beside = sum(
                 other.holds.get(resource, 0.0)
                 for other in outside
-                if shared & {n.name for n in other.nodes}
+                if handed_out & {n.name for n in other.nodes}
             )
             capacity = sum(n.allocatable.get(resource, 0.0) * n.count for n in nodes)
             if quota + beside <= capacity:
