@@ -205,10 +205,7 @@ def converge(
     if site is None:
         lab = lab_mod.Settings.from_env()
         if not lab.hosts_file.exists():
-            raise UsageError(
-                f"lab {lab.prefix} has no hosts ({display_path(lab.hosts_file)} is not written); "
-                "start them with `gpuinfra lab up`, or give --site DIR"
-            )
+            raise UsageError(f"{lab_mod.not_up(lab)}, or give --site DIR")
         site_dir = lab.inventory_dir
     else:
         site_dir = site

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuinfra.errors import excerpt
+from gpuinfra.errors import UsageError, excerpt
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _WHOLE = re.compile(r"-?[0-9]+")
@@ -82,8 +82,14 @@ def given_path(value: str, allowed: str) -> Path:
 
 
 def parse_site(value: str) -> Path:
-    """``--site DIR``, not empty."""
-    return given_path(value, "a site inventory directory, e.g. inventory/example")
+    """``--site DIR``, not empty. A lab's inventory directory before ``lab up`` has written
+    its hosts is told as such, with the command that starts them."""
+    path = given_path(value, "a site inventory directory, e.g. inventory/example")
+    from gpuinfra import lab
+
+    if (unstarted := lab.unstarted_lab(path)) is not None:
+        raise UsageError(f"--site {excerpt(value, 60)}: {lab.not_up(unstarted)}")
+    return path
 
 
 def parse_out_file(value: str) -> Path:

@@ -34,6 +34,7 @@ import yaml
 
 from gpuinfra import processes
 from gpuinfra.errors import ToolError, UsageError
+from gpuinfra.loading import display_path
 from gpuinfra.paths import repo_root
 
 LABEL = "gpuinfra.lab"
@@ -741,6 +742,41 @@ def write_inventory(
     header = f"{_INVENTORY_HEADER} for lab '{settings.prefix}'; regenerated each time.\n"
     settings.hosts_file.write_text(header + yaml.safe_dump(document, sort_keys=False))
     return settings.hosts_file
+
+
+def unstarted_lab(path: Path) -> Settings | None:
+    """The lab whose inventory directory ``path`` is, while its hosts are not written (before
+    ``lab up``, or after ``lab down``); None for any other directory."""
+    try:
+        root = repo_root()
+        where = path.resolve()
+        if where == (root / "inventory" / "lab").resolve():
+            prefix = DEFAULT_PREFIX
+        elif where.name == "inventory" and where.parent.parent == (root / ".lab").resolve():
+            prefix = where.parent.name
+        else:
+            return None
+        if not where.is_dir() or any(
+            (where / name).exists() for name in ("hosts.yml", "hosts.yaml")
+        ):
+            return None
+    except (UsageError, OSError):
+        # A name the system refuses (too long, a loop of links) is told by the site's reader.
+        return None
+    return Settings(prefix=prefix, root=root)
+
+
+def not_up(settings: Settings) -> str:
+    """What to do about a lab that has no hosts yet, in one line. The command names the
+    lab's prefix unless a bare ``lab up`` would start that very lab."""
+    bare = os.environ.get("GPUINFRA_LAB_PREFIX", DEFAULT_PREFIX)
+    command = "gpuinfra lab up" + (
+        "" if settings.prefix == bare else f" --prefix {settings.prefix}"
+    )
+    return (
+        f"lab {settings.prefix} has no hosts ({display_path(settings.hosts_file)} is not "
+        f"written); start them with `{command}`"
+    )
 
 
 def check_lab_sources(

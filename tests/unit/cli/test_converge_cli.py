@@ -353,3 +353,52 @@ def test_check_shows_what_a_run_would_change_and_changes_nothing(tmp_path: Path)
     assert settled.code == 0, settled.stderr
     assert "converge --check: a run would change nothing; nothing was changed" in settled.stdout
     assert "would change: alpha" not in settled.stdout
+
+
+def _bare_repository(tmp_path: Path) -> Path:
+    for marker in ("versions.yaml", "Pulumi.yaml"):
+        (tmp_path / marker).write_text((ROOT / marker).read_text())
+    (tmp_path / "inventory" / "lab" / "group_vars").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", [("converge",), ("plan",), ("config", "check")])
+def test_naming_the_labs_inventory_before_lab_up_says_to_start_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    monkeypatch.delenv("GPUINFRA_LAB_PREFIX", raising=False)
+    root = _bare_repository(tmp_path)
+    result = run_cli(*command, "--site", "inventory/lab", root=root, cwd=root)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: --site inventory/lab: lab gpuinfra-lab has no hosts (inventory/lab/hosts.yml is "
+        "not written); start them with `gpuinfra lab up`"
+    ]
+    assert result.stdout == ""
+
+
+def test_another_labs_inventory_names_its_prefix_in_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _bare_repository(tmp_path)
+    (root / ".lab" / "alice" / "inventory").mkdir(parents=True)
+    # A bare `lab up` here would start the default lab, not alice's.
+    monkeypatch.delenv("GPUINFRA_LAB_PREFIX", raising=False)
+    result = run_cli("plan", "--site", ".lab/alice/inventory", root=root, cwd=root)
+    assert result.code == 2
+    assert result.stderr.splitlines()[-1].endswith(
+        "start them with `gpuinfra lab up --prefix alice`"
+    )
+    # The default lab named while the shell selects another: the command names the default.
+    monkeypatch.setenv("GPUINFRA_LAB_PREFIX", "alice")
+    result = run_cli("plan", "--site", "inventory/lab", root=root, cwd=root)
+    assert result.stderr.splitlines()[-1].endswith("`gpuinfra lab up --prefix gpuinfra-lab`")
+
+
+def test_a_labs_inventory_with_its_hosts_written_is_read_as_a_site(tmp_path: Path) -> None:
+    root = _bare_repository(tmp_path)
+    (root / "inventory" / "lab" / "hosts.yml").write_text("all: {}\n")
+    result = run_cli("config", "check", "--site", "inventory/lab", root=root, cwd=root)
+    assert result.code == 2
+    assert "lab up" not in result.stderr
+    assert result.stderr.startswith("error: inventory/lab/hosts.yml")
