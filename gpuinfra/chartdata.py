@@ -34,7 +34,7 @@ import yaml
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
 from gpuinfra.loading import display_path, read_text
 from gpuinfra.suggest import allowed, did_you_mean
-from gpuinfra.versions import RuleProblem, Versions, pin_problem
+from gpuinfra.versions import RuleProblem, Versions, pin_problem, versions_path
 
 DATA = Path(__file__).resolve().parent / "data"
 VALUES_FILE = "values.json"
@@ -227,6 +227,14 @@ def missing(v: Versions, data: Path = DATA) -> list[RuleProblem]:
             )
         )
     return problems
+
+
+def require(v: Versions, data: Path = DATA) -> None:
+    """Refuse, naming the pin in versions.yaml, a chart or exporter version whose validation
+    data the repository does not carry: nothing is rendered or checked without it."""
+    if problems := missing(v, data):
+        shown = display_path(versions_path())
+        raise ConfigError(Problem(shown, p.key, p.message) for p in problems)
 
 
 # --- reading a chart -------------------------------------------------------------------------

@@ -61,6 +61,7 @@ FREE_MAPS: dict[str, frozenset[str]] = {
 def pinned_chart_values(v: Versions | None = None) -> dict[str, dict[str, Any]]:
     """Chart name -> values tree, for every chart versions.yaml pins."""
     v = v or pinned()
+    chartdata.require(v)
     return {
         chart: chartdata.load_values(chart, ver) for _, chart, ver, _ in chartdata.pinned_charts(v)
     }
@@ -149,6 +150,7 @@ class CrdSchemas:
     def pinned(cls, v: Versions | None = None) -> CrdSchemas:
         """Every CRD that a chart versions.yaml pins ships, and the provided APIs'."""
         v = v or pinned()
+        chartdata.require(v)
         return cls(
             *(chartdata.load_crds(c, ver) for _, c, ver, _ in chartdata.pinned_charts(v)),
             *(

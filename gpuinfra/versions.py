@@ -267,18 +267,26 @@ def _format_for(name: str) -> tuple[re.Pattern[str], str]:
     return _DEFAULT_FORMAT
 
 
+# The longest pin: a chart's name and version make its release's helm.sh/chart label, a
+# Kubernetes label value of at most 63 characters, and no package build comes near it.
+MAX_PIN = 63
+
+
 def pin_problem(value: str, name: str) -> str | None:
     """Why ``value`` is not a valid pin for component ``name``, or None when it is."""
     text = value.strip()
+    shown = excerpt(value, 60)
     if not text:
         return "version is empty"
+    if len(text) > MAX_PIN:
+        return f"'{shown}' is {len(text)} characters (allowed: at most {MAX_PIN})"
     if text.lower() in FLOATING_WORDS or _RANGE.search(text):
-        return f"'{value}' floats; pin an exact version"
+        return f"'{shown}' floats; pin an exact version"
     if re.fullmatch(r"v?\d+", text):
-        return f"'{value}' is a bare major version and floats; pin an exact version"
+        return f"'{shown}' is a bare major version and floats; pin an exact version"
     pattern, expected = _format_for(name)
     if not pattern.match(text):
-        return f"'{value}' is malformed; expected {expected}"
+        return f"'{shown}' is malformed; expected {expected}"
     return None
 
 
@@ -379,7 +387,9 @@ def check(v: Versions) -> list[RuleProblem]:
     problems: list[RuleProblem] = []
 
     def add(key: str, message: str) -> None:
-        problems.append(RuleProblem(key=key, message=message))
+        # Several driver sources read one cuda.version: its problem is told once.
+        if (problem := RuleProblem(key=key, message=message)) not in problems:
+            problems.append(problem)
 
     floating: set[str] = set()
     for name, comp in v.entries():

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_snake
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from gpuinfra import chartdata
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import (
     gpu_operator,
@@ -403,6 +404,7 @@ def render(
 def render_all(settings: AddonsSettings, *, versions: Versions | None = None) -> list[AddonRender]:
     """The enabled add-ons, rendered, in install order."""
     pins = versions or versions_mod.pinned()
+    chartdata.require(pins)
     renders = []
     for addon in ADDONS:
         addon_settings: AddonSettings = getattr(settings, addon)

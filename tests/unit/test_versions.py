@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpuinfra import versions
+from gpuinfra.errors import excerpt
 from tests.conftest import ROOT, run_cli
 
 REAL = yaml.safe_load((ROOT / "versions.yaml").read_text())
@@ -462,3 +463,19 @@ def test_versions_check_help_names_both_exit_codes_it_uses() -> None:
         "Exit 1 with one line per broken rule; exit 2 where the file itself is malformed (an "
         "unknown key, a wrong type)."
     ) in text
+
+
+def test_a_cuda_version_several_driver_sources_read_is_told_once() -> None:
+    out = messages(broken(lambda d: d["cuda"].__setitem__("version", "14.9")))
+    assert [m for m in out if m.startswith("cuda.version:")] == [
+        "cuda.version: CUDA 14.9 is not in the minimum-driver table "
+        f"({versions.CUDA_TABLE_SOURCE}); known: {', '.join(versions.CUDA_MIN_DRIVER)}"
+    ]
+
+
+def test_a_pin_longer_than_a_label_value_is_refused_without_echoing_it_whole() -> None:
+    out = messages(broken(lambda d: d["kueue"].__setitem__("version", "0.19." + "2" * 300)))
+    assert out == [
+        f"kueue.version: '{excerpt('0.19.' + '2' * 300, 60)}' is 305 characters "
+        "(allowed: at most 63)"
+    ]

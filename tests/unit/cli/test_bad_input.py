@@ -977,6 +977,37 @@ CASES: list[Case] = [
         "pin an exact version",
         code=1,
     ),
+    # A pin longer than a Kubernetes label value: no chart folder or release label holds it.
+    *(
+        vers(
+            f"versions-pin-too-long-{'-'.join(argv[:2])}",
+            sub("versions.yaml", 'version: "0.19.2"', f'version: "0.19.2{"2" * 300}"'),
+            "kueue.version",
+            "306 characters (allowed: at most 63)",
+            code=1 if argv[0] == "versions" else 2,
+            argv=argv,
+        )
+        for argv in (
+            ("versions", "check"),
+            ("plan", "--stack", "dev"),
+            ("config", "check", "--site", SITE),
+        )
+    ),
+    # A chart version the repository carries no values tree for: nothing is rendered with it.
+    *(
+        vers(
+            f"versions-chart-without-data-{argv[0]}",
+            sub("versions.yaml", 'version: "0.19.2"', 'version: "0.19.99"'),
+            "kueue.version",
+            "no values tree or CRD schemas for chart kueue 0.19.99",
+            argv=argv,
+        )
+        for argv in (
+            ("addons", "render", "--stack", "dev", "--out", "build"),
+            ("plan", "--site", SITE),
+            ("config", "check", "--stack", "dev"),
+        )
+    ),
     vers(
         "versions-bad-for-plan",
         sub("versions.yaml", 'version: "0.19.2"', "version: 0.19"),
