@@ -264,17 +264,22 @@ def read_chart(path: Path, version: str | None = None) -> ChartSource:
     if version is not None and not _VERSION.match(version):
         # An empty --version (an unset shell variable) must not fall back to Chart.yaml's.
         raise UsageError(f"--version {version!r}: not a chart version (allowed: e.g. 0.19.3)")
+    no_chart = UsageError(
+        f"{path}: Chart.yaml: "
+        f"{'is a directory' if (path / 'Chart.yaml').is_dir() else 'missing'} (allowed: a Helm "
+        "chart, with its Chart.yaml at the top)"
+    )
     if path.is_dir():
+        # Told before the tree is read: a directory given by mistake (/, $HOME) may be huge.
+        if not (path / "Chart.yaml").is_file():
+            raise no_chart
         files = dict(_directory_files(path))
     elif path.is_file():
         files = _archive_files(path)
     else:
         raise UsageError(f"{path}: no such chart directory or archive")
     if "Chart.yaml" not in files:
-        what = "is a directory" if (path / "Chart.yaml").is_dir() else "missing"
-        raise UsageError(
-            f"{path}: Chart.yaml: {what} (allowed: a Helm chart, with its Chart.yaml at the top)"
-        )
+        raise no_chart
     meta = _yaml_mapping(files["Chart.yaml"], f"{path}: Chart.yaml")
     name = meta.get("name")
     if not isinstance(name, str) or not _NAME.match(name):

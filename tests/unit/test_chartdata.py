@@ -566,3 +566,17 @@ def test_a_counter_list_named_with_a_newline_is_refused(
         "such as default-counters.csv or dcp-metrics-included.csv)"
     )
     assert not data.exists()
+
+
+def test_a_directory_without_chart_yaml_is_refused_before_its_files_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A home directory given by mistake: reading its whole tree first could take minutes.
+    (tmp_path / "notes.yaml").write_text("a: 1\n")
+
+    def read_tree(root: Path) -> Any:
+        raise AssertionError(f"{root} was read")
+
+    monkeypatch.setattr(chartdata, "_directory_files", read_tree)
+    with pytest.raises(UsageError, match=r"Chart\.yaml: missing"):
+        chartdata.read_chart(tmp_path)
