@@ -119,6 +119,8 @@ def write(out: Path, files: dict[str, str]) -> list[str]:
     not, and record what is now owned; returns the deleted files' relative paths."""
     previous = _owned(out)
     try:
+        # With every add-on off there is no file to write, but the manifest still records that.
+        out.mkdir(parents=True, exist_ok=True)
         for relative, text in files.items():
             path = out / relative
             path.parent.mkdir(parents=True, exist_ok=True)

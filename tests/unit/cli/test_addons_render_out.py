@@ -127,3 +127,22 @@ def test_a_dangling_link_in_out_is_one_line_and_nothing_is_written_through_it(
     shown = {"out": excerpt(str(out), 80), "target": excerpt(str(target), 80)}
     assert err.splitlines() == ["error: " + message.format(**shown)]
     assert not target.exists()
+
+
+def test_a_render_of_no_addon_into_a_new_directory_records_that_it_wrote_none(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = repo / "stacks" / "Pulumi.dev.yaml"
+    text = stack.read_text().replace(KEDA_ON, KEDA_OFF)
+    addons = "  gpuinfra:addons:\n"
+    off = "".join(
+        f"    {name}: {{enabled: false}}\n" for name in ("gpuOperator", "kueue", "prometheusStack")
+    )
+    head, tail = text.split(addons)
+    # The add-ons the stack sets itself are dropped; every add-on is then off.
+    kept = tail[tail.index("    keda:") :]
+    stack.write_text(head + addons + off + kept)
+    code, stdout, err = run_main(capsys, "addons", "render", "--stack", "dev", "--out", "fresh")
+    assert (code, err) == (0, ""), err
+    assert stdout.strip() == "wrote 0 files under fresh (add-ons: none)"
+    assert json.loads((repo / "fresh" / ".gpuinfra-render.json").read_text())["files"] == []
