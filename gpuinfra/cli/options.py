@@ -69,6 +69,7 @@ def parse_out_dir(value: str) -> Path:
     from gpuinfra.addons.output import check_out
 
     path = Path(value)
+    refuse_input("--out", path)
     check_out(path)
     return path
 
@@ -92,6 +93,48 @@ def parse_site(value: str) -> Path:
     return path
 
 
+# What gpuinfra and Ansible read from a repository: a command's output is never written there.
+INPUT_FILES = ("versions.yaml", "Pulumi.yaml", "ansible.cfg", "pyproject.toml", "uv.lock")
+INPUT_DIRS = ("stacks", "inventory", "roles", "playbooks", "components", "policies", "gpuinfra")
+
+
+def refuse_input(option: str, path: Path) -> None:
+    """Refuse an output path that is one of the repository's inputs, or inside a folder of
+    them: a report written over a stack file, or a render written into a site's group_vars,
+    would be read back as configuration."""
+    from gpuinfra.paths import repo_root
+
+    try:
+        root = repo_root()
+        # As written and with its links followed: a linked roles/ is the repository's still.
+        places = [
+            (Path(os.path.abspath(path)), Path(os.path.abspath(root))),
+            (path.resolve(), root.resolve()),
+        ]
+    except (UsageError, OSError):
+        return  # outside every repository, or a path the system refuses (told when written)
+    inside = next((p.relative_to(r) for p, r in places if p.is_relative_to(r)), None)
+    if inside is None:
+        return
+    top = inside.parts[0] if inside.parts else ""
+    if (inside.parts == (top,) and top in INPUT_FILES) or top in INPUT_DIRS:
+        what = (
+            top if top in INPUT_FILES else f"{top}/" if inside.parts == (top,) else f"under {top}/"
+        )
+        raise UsageError(
+            f"{option} {excerpt(str(path), 80)}: {what}, which gpuinfra reads as input (allowed: "
+            f"a path outside {', '.join(f'{d}/' for d in INPUT_DIRS)} and the files "
+            f"{', '.join(INPUT_FILES)})"
+        )
+
+
+def parse_out(value: str) -> Path:
+    """``--out FILE`` of the review commands, which write one document."""
+    path = given_path(value, "a file path, e.g. build/plan.json")
+    refuse_input("--out", path)
+    return path
+
+
 def parse_out_file(value: str) -> Path:
     """An option naming one file a command writes when it is done (``converge --report-json``):
     refused before the command starts, so that a long run does not end on a path it cannot
@@ -101,6 +144,7 @@ def parse_out_file(value: str) -> Path:
     if not value.strip():
         raise typer.BadParameter(f"{shown} is empty ({allowed})")
     path = Path(value)
+    refuse_input("--report-json", path)
     if path.is_dir():
         raise typer.BadParameter(f"{shown} is a directory ({allowed})")
     folder = path.parent

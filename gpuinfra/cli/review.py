@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuinfra.cli.console import emit, err, render_text, warning
-from gpuinfra.cli.options import STACK_HELP, AsOf, parse_site
+from gpuinfra.cli.options import STACK_HELP, AsOf, parse_out, parse_site
 from gpuinfra.errors import CheckFailed, InputInvalid, UsageError, excerpt
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ class ReviewFormat(StrEnum):
 
 FormatOption = Annotated[ReviewFormat, typer.Option("--format", help="table, json or markdown")]
 OutOption = Annotated[
-    Path | None, typer.Option("--out", help="Write to this file instead of standard output")
+    Path | None,
+    typer.Option("--out", parser=parse_out, help="Write to this file instead of standard output"),
 ]
 StackOption = Annotated[str | None, typer.Option("--stack", help=STACK_HELP)]
 

@@ -1509,8 +1509,31 @@ CASES: list[Case] = [
     ),
     arg("unknown-command", ("plna",), "gpuinfra", "see gpuinfra --help", key="no such command"),
     arg("cost-without-stack", ("cost",), "--stack", "see gpuinfra cost --help"),
+    arg("out-is-directory", ("plan", "--site", SITE, "--out", "/proc"), "--out", "cannot write"),
+    # Output written over an input would be read back as configuration.
     arg(
-        "out-is-directory", ("plan", "--site", SITE, "--out", "inventory"), "--out", "cannot write"
+        "out-over-a-stack-file",
+        ("cost", "--stack", "dev", "--out", "stacks/Pulumi.dev.yaml"),
+        "--out stacks/Pulumi.dev.yaml: under stacks/",
+        "a path outside stacks/, inventory/",
+    ),
+    arg(
+        "out-over-versions",
+        ("plan", "--stack", "dev", "--out", "./versions.yaml"),
+        "--out versions.yaml: versions.yaml, which gpuinfra reads as input",
+        "the files versions.yaml, Pulumi.yaml",
+    ),
+    arg(
+        "render-into-group-vars",
+        ("addons", "render", "--site", SITE, "--out", f"{SITE}/group_vars/all"),
+        f"--out {SITE}/group_vars/all: under inventory/",
+        "a path outside",
+    ),
+    arg(
+        "report-into-roles",
+        ("converge", "--report-json", "roles/report.json"),
+        "--report-json roles/report.json: under roles/",
+        "a path outside",
     ),
     arg(
         "diff-outside-git",
@@ -1565,8 +1588,18 @@ CASES: list[Case] = [
     *(
         arg(case_id, ("addons", "render", "--stack", "dev", "--out", out), "--out", allowed, edit=e)
         for case_id, out, allowed, e in (
-            ("render-out-is-a-file", DEV, "not a directory (allowed: a directory", nothing),
-            ("render-out-under-a-file", f"{DEV}/addons", f"{DEV} is not a directory", nothing),
+            (
+                "render-out-is-a-file",
+                "/etc/hostname",
+                "not a directory (allowed: a directory",
+                nothing,
+            ),
+            (
+                "render-out-under-a-file",
+                "/etc/hostname/addons",
+                "/etc/hostname is not a directory",
+                nothing,
+            ),
             ("render-out-proc", "/proc/gpuinfra-x", "No such file or directory", nothing),
             ("render-out-empty", "", "'' is empty (allowed: a directory", nothing),
             (
