@@ -167,6 +167,10 @@ def versions_check(
     say(
         f"support windows: {dated} pins dated on {today.isoformat()} ({support.table()['as_of']} table)"
     )
+    # Judged neither ok nor ended: the reader sees which pins no date covers, and why.
+    for finding in windows:
+        if finding.state == "undated":
+            say(f"undated: {finding}")
     say(support.eks_ami_hint(v))
     count = sum(1 for _ in v.entries())
     say(f"versions.yaml: {count} components pinned, all compatibility rules pass")

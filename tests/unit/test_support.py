@@ -93,6 +93,13 @@ def test_versions_check_warns_and_prod_makes_it_an_error() -> None:
         "aws ssm get-parameter --name /aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/release_version"
         in text
     )
+    # Pins no date covers are named, not passed in silence.
+    undated = [line for line in result.stdout.splitlines() if line.startswith("undated: ")]
+    assert [line.split(":")[1].strip() for line in undated] == [
+        "nvidia_driver.distro.releases.trixie",
+        "volcano",
+    ]
+    assert "publishes no maintenance window" in undated[1]
     prod = run_cli("versions", "check", "--environment", "prod", "--as-of", "2026-12-01")
     assert prod.code == 1
     errors = [line for line in prod.stderr.splitlines() if line.startswith("error:")]
