@@ -38,6 +38,19 @@ def excerpt(text: str, limit: int = 60) -> str:
     return f"{flat[:head]} ... {flat[-tail:]}" if tail > 0 else flat[:limit]
 
 
+# A word of a problem's message longer than this (a value as given, quoted) is cut in its
+# middle when the line is too long: what is allowed, at the end of the line, stays on it.
+MAX_WORD = 60
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` on one line; when longer than ``limit``, each overlong word is cut first."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    return " ".join(excerpt(word, MAX_WORD) for word in flat.split(" "))
+
+
 def one_line(text: str) -> str:
     """A message as one line of at most MAX_LINE characters."""
     flat = " ".join(text.split())
@@ -56,7 +69,8 @@ class Problem:
         # A long key in the path is cut in the middle, so that what is wrong and what is
         # allowed still fit on the line.
         where = f"{self.file}: {excerpt(self.path, MAX_PATH)}" if self.path else self.file
-        return one_line(f"{where}: {secrets.redact_message(self.path, self.message)}")
+        message = secrets.redact_message(self.path, self.message)
+        return one_line(f"{where}: {shortened(message, MAX_LINE - len(where) - 2)}")
 
 
 class GpuinfraError(Exception):

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt
+from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt, shortened
 from gpuinfra.paths import repo_root
 from gpuinfra.suggest import allowed, closest, did_you_mean
 
@@ -451,7 +451,7 @@ def _message(err: Any, model: type[BaseModel], loc: list[Any]) -> str:
         msg = str(err["msg"])
         for lead in ("Value error, ", "Assertion failed, "):
             msg = msg.removeprefix(lead)
-        return excerpt(msg, 240)
+        return excerpt(shortened(msg, 240), 240)
     # Strict validation runs in pydantic's JSON mode; a YAML file has lists and mappings.
     msg = str(err["msg"]).replace("a valid array", "a list").replace("a valid tuple", "a list")
     msg = msg.replace("an object", "a mapping").replace("a valid dictionary", "a mapping")

@@ -400,7 +400,7 @@ def check(v: Versions) -> list[RuleProblem]:
         if comp.tag is not None and name in _TAG_FORMATS:
             pattern, expected = _TAG_FORMATS[name]
             if not pattern.match(comp.tag):
-                add(f"{name}.tag", f"'{comp.tag}' is malformed; expected {expected}")
+                add(f"{name}.tag", f"'{excerpt(comp.tag, 60)}' is malformed; expected {expected}")
         problems.extend(_source_problems(name, comp.source))
         if comp.digest is not None and not _DIGEST.fullmatch(comp.digest):
             add(f"{name}.digest", f"'{comp.digest}' is not an image digest (sha256:<64 hex>)")
@@ -426,7 +426,10 @@ def check(v: Versions) -> list[RuleProblem]:
             if pin.cuda is not None and not isinstance(comp, DriverBuild):
                 add(f"{where}.cuda", "only a driver entry names the CUDA version it serves")
     release = (v.triton.tag or "").removesuffix("-py3")
-    for variant, tag in v.triton.variants.items():
+    # A malformed tag has its line; its variants are not judged against it.
+    tag_format = _TAG_FORMATS["triton"][0]
+    variants = v.triton.variants if tag_format.match(v.triton.tag or "") else {}
+    for variant, tag in variants.items():
         if not re.fullmatch(rf"{re.escape(release)}-{re.escape(variant)}(-[a-z0-9]+)*-py3", tag):
             add(
                 f"triton.variants.{variant}",

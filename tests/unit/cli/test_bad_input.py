@@ -245,6 +245,26 @@ CASES: list[Case] = [
         "duplicate key 'maxSize'",
         "each key once",
     ),
+    # A value hundreds of characters long is cut in its middle: what is allowed stays on the line.
+    stack(
+        "stack-long-team-name",
+        sub(DEV, "teams: [research]", f"teams: [{'r' * 400}]"),
+        "config.gpuinfra:addons.kueue.teams[0]",
+        "starting and ending with a letter or digit)",
+    ),
+    stack(
+        "stack-long-zone",
+        sub(DEV, "us-east-1b]", f"{'r' * 400}]"),
+        "config.gpuinfra:network.availabilityZones[1]",
+        "(allowed: 'us-east-1a', 'us-east-1b'",
+    ),
+    vers(
+        "versions-long-triton-tag",
+        sub("versions.yaml", 'tag: "26.07-py3"', f'tag: "26.07-py{"3" * 300}"'),
+        "triton.tag",
+        "expected YY.MM-py3, e.g. 26.07-py3",
+        code=1,
+    ),
     stack("stack-not-utf8", put(DEV, DEV_TEXT.encode() + b"# caf\xe9\n"), "line ", "UTF-8"),
     stack("stack-utf16", put(DEV, DEV_TEXT.encode("utf-16")), "line 1", "UTF-8"),
     stack(
