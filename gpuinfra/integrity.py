@@ -98,6 +98,10 @@ BUILTIN_GROUPS = {
     "discovery.k8s.io",
     "helm.sh",
 }
+# API groups an apply may use without an add-on whose chart installs their CRDs: the built-in
+# ones and those the cluster brings (the Gateway API comes with the cluster's gateway). Both
+# paths' `order` rules read this.
+CLUSTER_GROUPS = frozenset(BUILTIN_GROUPS) | chartdata.PROVIDED_GROUPS
 ADDONS_PLAYBOOK = "playbooks/addons.yml"
 # What serves each kind of HPA metric. Resource metrics come from the metrics API
 # (metrics-server); the others from a custom or external metrics adapter.
@@ -1324,8 +1328,7 @@ def play_order(state: State) -> list[Finding]:
             continue
         for obj in render.objects:
             api_version = str(obj.get("apiVersion", ""))
-            # The Gateway API's CRDs come with the cluster's gateway, not with an add-on.
-            if _group(api_version) in BUILTIN_GROUPS | chartdata.PROVIDED_GROUPS:
+            if _group(api_version) in CLUSTER_GROUPS:
                 continue
             owner = owners.get((api_version, str(obj.get("kind"))))
             if owner is None:

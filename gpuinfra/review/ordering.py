@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuinfra import chartdata
 from gpuinfra.errors import GpuinfraError
-from gpuinfra.integrity import BUILTIN_GROUPS, Finding
+from gpuinfra.integrity import CLUSTER_GROUPS, Finding
 from gpuinfra.review.stackrun import Resource
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -138,7 +138,7 @@ def check(resources: Sequence[Resource]) -> list[Finding]:
                 "fails with 'namespace not found'; make it depend on the Namespace",
                 "dependsOn",
             )
-        if group not in BUILTIN_GROUPS:
+        if group not in CLUSTER_GROUPS:
             api_version = f"{group}/{version}"
             owner = owners.get((api_version, kind))
             if owner is None:

@@ -97,3 +97,36 @@ def clone(base_repo: Path, tmp_path: Path) -> Callable[[str, Callable[[Path], No
         return repo
 
     return make
+
+
+# Triton on the staging stack with a serving group behind a gateway, its canary at 10%.
+STAGING_TRITON = """\
+    triton:
+      enabled: true
+      modelRepository: {s3: "s3://models/repo"}
+      gpuType: l40s
+      gateway: {name: inference, namespace: gateways}
+      models:
+        - {name: resnet50, backend: onnxruntime}
+      servingGroups:
+        - name: vision
+          models: [resnet50]
+          cpu: "2"
+          memory: 8Gi
+          canary: {weight: 10}
+"""
+
+
+def staging_serves_behind_a_gateway(root: Path) -> None:
+    """Add Triton's serving group to ``root``'s staging stack. Its pods and the canary's hold two
+    GPUs outside Kueue: the L40S pool grows to three nodes and Kueue grants the third."""
+    stack = root / "stacks" / "Pulumi.staging.yaml"
+    text = stack.read_text()
+    edits = (
+        ("      maxSize: 2\n", "      maxSize: 3\n"),
+        ("{gpuType: l40s, gpus: 2,", "{gpuType: l40s, gpus: 1,"),
+    )
+    for old, new in edits:
+        assert text.count(old) == 1, "staging's L40S pool or flavor changed: update this helper"
+        text = text.replace(old, new)
+    stack.write_text(text + STAGING_TRITON)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import run_cli
-from tests.unit.review.conftest import git
+from tests.unit.review.conftest import git, staging_serves_behind_a_gateway
 
 Clone = Callable[[str, Callable[[Path], None]], Path]
 TRITON_VARS = "inventory/example/group_vars/all/triton.yml"
@@ -82,3 +82,25 @@ def test_a_rollback_removes_the_canarys_pods(clone: Clone) -> None:
     (route,) = site["sections"]["objects"]["changed"]
     weights = {c["path"]: (c["old"], c["new"]) for c in route["changes"]}
     assert weights["spec.rules[0].backendRefs[0].weight"] == (90, 100)
+
+
+def test_a_weight_shift_on_a_stack_shows_in_the_diff(clone: Clone) -> None:
+    repo = clone("Serve resnet50 on staging, 10% to a canary", staging_serves_behind_a_gateway)
+    shifted = run_cli("triton", "canary", "vision", "25", "--stack", "staging", root=repo, cwd=repo)
+    assert shifted.code == 0, shifted.stderr
+    git(repo, "commit", "--quiet", "--all", "--message", "Canary to 25%")
+    result = run_cli(
+        "diff", "--base", "HEAD~1", "--stack", "staging", "--format", "json", root=repo, cwd=repo
+    )
+    assert result.code == 0, result.stderr
+    (stack,) = json.loads(result.stdout)["targets"]
+    objects = stack["sections"]["objects"]
+    # Only the route changes: no pod restarts for a weight.
+    assert objects["added"] == objects["removed"] == []
+    (route,) = objects["changed"]
+    assert route["key"] == "gateway.networking.k8s.io/v1 HTTPRoute triton/triton-vision"
+    weights = {c["path"]: (c["old"], c["new"]) for c in route["changes"]}
+    assert weights == {
+        "spec.rules[0].backendRefs[0].weight": (90, 75),
+        "spec.rules[0].backendRefs[1].weight": (10, 25),
+    }

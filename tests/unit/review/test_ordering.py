@@ -103,6 +103,17 @@ def test_a_kind_no_release_installs_is_an_error() -> None:
     )
 
 
+def test_a_gateway_api_object_needs_no_release() -> None:
+    """The cluster's gateway brings the Gateway API's CRDs."""
+    route = resource(
+        "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute",
+        "route",
+        {"metadata": {"name": "triton-vision", "namespace": "triton"}},
+        "ns-triton",
+    )
+    assert ordering.check([namespace("triton"), route]) == []
+
+
 def test_a_release_that_reads_a_secret_before_it_exists_is_an_error() -> None:
     secret = resource(
         "kubernetes:core/v1:Secret",

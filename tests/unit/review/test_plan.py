@@ -14,8 +14,8 @@ import yaml
 
 from gpuinfra import lab
 from gpuinfra.review import diff
-from tests.conftest import ROOT, SUPPORT_TABLE_DAY, Result, run_cli
-from tests.unit.review.conftest import GOLDEN
+from tests.conftest import ROOT, SUPPORT_TABLE_DAY, Result, run_cli, run_main, user_repo
+from tests.unit.review.conftest import GOLDEN, staging_serves_behind_a_gateway
 
 # Plans of prod are judged on the support table's day, not the calendar's (tests/conftest.py).
 AS_OF = ("--as-of", SUPPORT_TABLE_DAY)
@@ -149,6 +149,28 @@ def test_plan_of_an_invalid_stack_is_one_line_and_exit_2(tmp_path: Path) -> None
         "error: stacks/Pulumi.dev.yaml: config.gpuinfra:nodePools[0].instanceType:"
     )
     assert "did you mean 'g6.xlarge'?" in errors[0]
+
+
+def test_a_stack_serving_triton_behind_a_gateway_is_planned_with_its_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Gateway API's CRDs come with the cluster's gateway, not with a release: what config
+    check accepts, plan plans."""
+    staging_serves_behind_a_gateway(user_repo(tmp_path / "repo", monkeypatch))
+    code, _, err = run_main(capsys, "config", "check", "--stack", "staging")
+    assert (code, err) == (0, "")
+    code, out, err = run_main(capsys, "plan", "--stack", "staging", "--format", "json")
+    assert code == 0, err
+    (route,) = [o for o in json.loads(out)["objects"] if o["kind"] == "HTTPRoute"]
+    assert (route["metadata"]["namespace"], route["metadata"]["name"]) == (
+        "triton",
+        "triton-vision",
+    )
+    backends = route["spec"]["rules"][0]["backendRefs"]
+    assert [(b["name"], b["weight"]) for b in backends] == [
+        ("triton-vision", 90),
+        ("triton-vision-canary", 10),
+    ]
 
 
 def test_plan_needs_one_target() -> None:
