@@ -8,7 +8,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,7 +19,7 @@ from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
 if TYPE_CHECKING:
     from gpuinfra.addons.triton import TritonSettings
-    from gpuinfra.lab.tune import Result
+    from gpuinfra.lab.tune import Candidate, Result
     from gpuinfra.modeledit import TritonFile
 
 triton_app = typer.Typer(help="Triton: tune batching against an SLA, verify a server.")
@@ -149,6 +149,18 @@ def _table(result: Result) -> Table:
     return table
 
 
+def _written(candidate: Candidate) -> dict[str, Any]:
+    """The model settings ``tune`` writes for a configuration."""
+    return {
+        "max_batch_size": candidate.max_batch_size,
+        "dynamic_batching": {
+            "preferred_batch_size": list(candidate.preferred_batch_size) or None,
+            "max_queue_delay_microseconds": candidate.max_queue_delay_microseconds,
+        },
+        "instance_group": {"count": candidate.instances},
+    }
+
+
 @triton_app.command("tune")
 def tune(
     model: Annotated[str, typer.Option(help="The model's name in the stack or site")],
@@ -218,8 +230,10 @@ def tune(
     if not found:
         names = ", ".join(m.name for m in settings.models) or "none"
         raise UsageError(f"{display_path(where.path)}: no model {model!r} (models: {names})")
-    # A file config check refuses is refused now, not after minutes of measuring.
+    # A file config check refuses is refused now, not after minutes of measuring; so are
+    # settings the file shares with another model through an anchor.
     _check_edit(stack, site, where, where.path.read_text("utf-8"))
+    modeledit.check_shared(where, model, _written(tune_mod.untuned(found[0])))
     record = records / "tuning" / f"{source}-{model}.json"
     _check_record(record)
     # The local stand-in is open; a server given by --url may restrict loading to its admin key.
@@ -268,15 +282,7 @@ def tune(
         else:
             say("dry run: nothing written")
         return
-    values = {
-        "max_batch_size": best.max_batch_size,
-        "dynamic_batching": {
-            "preferred_batch_size": list(best.preferred_batch_size) or None,
-            "max_queue_delay_microseconds": best.max_queue_delay_microseconds,
-        },
-        "instance_group": {"count": best.instances},
-    }
-    before, after = modeledit.edit(where, model, values)
+    before, after = modeledit.edit(where, model, _written(best))
     _check_edit(stack, site, where, after)
     shown = display_path(where.path)
     for line in difflib.unified_diff(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,73 @@ def test_a_model_the_file_does_not_declare_is_one_line(where: modeledit.TritonFi
     assert str(refused.value).endswith(
         "triton.yml: no model 'bert' in triton_models (models: resnet50)"
     )
+
+
+ALIASED_BATCHING = """\
+triton_models:
+  - name: resnet50
+    backend: onnxruntime
+    max_batch_size: 8
+    dynamic_batching: &batching
+      max_queue_delay_microseconds: 200
+  - name: bert
+    backend: onnxruntime
+    max_batch_size: 8
+    dynamic_batching: *batching
+"""
+# bert merges resnet50's mapping, its batch size included.
+MERGED_MODEL = """\
+triton_models:
+  - &resnet50
+    name: resnet50
+    backend: onnxruntime
+    max_batch_size: 8
+  - <<: *resnet50
+    name: bert
+"""
+
+
+def _declaring(tmp_path: Path, text: str) -> modeledit.TritonFile:
+    path = tmp_path / "triton.yml"
+    path.write_text(text)
+    return modeledit.TritonFile.site(path, "models")
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "values", "path"),
+    [
+        (
+            ALIASED_BATCHING,
+            "resnet50",
+            {"dynamic_batching": {"max_queue_delay_microseconds": 100}},
+            "triton_models[0].dynamic_batching",
+        ),
+        (
+            ALIASED_BATCHING,
+            "bert",
+            {"dynamic_batching": {"preferred_batch_size": None}},
+            "triton_models[1].dynamic_batching",
+        ),
+        (MERGED_MODEL, "bert", {"max_batch_size": 16}, "triton_models[1].max_batch_size"),
+        (MERGED_MODEL, "resnet50", {"instance_group": {"count": 3}}, "triton_models[0]"),
+    ],
+)
+def test_settings_the_file_shares_through_an_anchor_are_refused(
+    tmp_path: Path, text: str, model: str, values: dict[str, Any], path: str
+) -> None:
+    where = _declaring(tmp_path, text)
+    message = (
+        f"{where.path}: {path} is shared through a YAML anchor (alias or << merge key), so the "
+        "edit would change every place using it; write it out in full there first"
+    )
+    for check in (modeledit.edit, modeledit.check_shared):
+        with pytest.raises(UsageError) as refused:
+            check(where, model, values)
+        assert str(refused.value) == message
+    assert where.path.read_text() == text
+
+
+def test_settings_beside_a_shared_one_are_edited(tmp_path: Path) -> None:
+    where = _declaring(tmp_path, ALIASED_BATCHING)
+    before, after = modeledit.edit(where, "bert", {"instance_group": {"count": 3}})
+    assert after == before + "    instance_group:\n      count: 3\n"

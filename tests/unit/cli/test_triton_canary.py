@@ -218,3 +218,97 @@ def test_groups_in_the_inventory_files_all_vars_are_edited_there(
         "          weight: 10\n"
     )
     assert "+        canary:" in out
+
+
+# A second model, for a second group (the example's triton_models ends the file).
+BERT = "  - name: bert\n    backend: onnxruntime\n"
+GATEWAY = "triton_gateway: {name: inference, namespace: gateways}\n"
+ALIASED_CANARY = """\
+triton_serving_groups:
+  - name: vision
+    models: [resnet50]
+    canary: &canary {weight: 10}
+  - name: text
+    models: [bert]
+    canary: *canary
+"""
+# text merges vision's mapping, canary included.
+MERGED_CANARY = """\
+triton_serving_groups:
+  - &vision
+    name: vision
+    models: [resnet50]
+    canary: {weight: 10}
+  - <<: *vision
+    name: text
+    models: [bert]
+"""
+# text merges vision's mapping and has a canary of its own.
+MERGED_GROUP = """\
+triton_serving_groups:
+  - &vision
+    name: vision
+    models: [resnet50]
+    memory: 8Gi
+  - <<: *vision
+    name: text
+    models: [bert]
+    canary: {weight: 10}
+"""
+
+
+def _two_groups(tmp_path: Path, groups: str) -> Path:
+    copy = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory" / "example", copy)
+    variables = copy / "group_vars" / "all" / "triton.yml"
+    variables.write_text(variables.read_text() + BERT + GATEWAY + groups)
+    return variables
+
+
+@pytest.mark.parametrize(
+    ("groups", "argv", "path"),
+    [
+        (ALIASED_CANARY, ("vision", "30"), "triton_serving_groups[0].canary"),
+        (ALIASED_CANARY, ("text", "0"), "triton_serving_groups[1].canary"),
+        (MERGED_CANARY, ("text", "30"), "triton_serving_groups[1].canary"),
+        (MERGED_CANARY, ("vision", "30"), "triton_serving_groups[0].canary"),
+        # Removed from text, vision's canary would still come through the merge.
+        (MERGED_CANARY, ("text", "--remove"), "triton_serving_groups[1].canary"),
+        (MERGED_CANARY, ("vision", "--remove"), "triton_serving_groups[0]"),
+        # A canary added to vision would be text's too.
+        (MERGED_GROUP, ("vision", "30"), "triton_serving_groups[0]"),
+    ],
+)
+def test_a_canary_the_file_shares_through_an_anchor_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    groups: str,
+    argv: tuple[str, ...],
+    path: str,
+) -> None:
+    variables = _two_groups(tmp_path, groups)
+    before = variables.read_text()
+    code, out, err = run_main(
+        capsys, "triton", "canary", *argv, "--site", str(variables.parents[2])
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: {variables}: {path} is shared through a YAML anchor (alias or << merge key), so "
+        "the edit would change every place using it; write it out in full there first\n"
+    )
+    assert variables.read_text() == before
+
+
+def test_a_canary_of_its_own_beside_a_merge_key_is_edited(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    variables = _two_groups(tmp_path, MERGED_GROUP)
+    before = variables.read_text()
+    code, out, err = run_main(
+        capsys, "triton", "canary", "text", "30", "--site", str(variables.parents[2])
+    )
+    assert code == 0, err
+    assert variables.read_text() == before.replace(
+        "    canary: {weight: 10}\n", "    canary: {weight: 30}\n"
+    )
+    assert "+    canary: {weight: 30}" in out

@@ -131,7 +131,24 @@ def test_a_stack_config_check_refuses_is_refused_before_measuring(
 ) -> None:
     """No Triton needed: the stack's Triton asks for more memory than an l4 node allocates,
     which ``config check`` refuses; tune says so before it starts a server, and writes nothing."""
-    from gpuinfra import cli
+    stack = _unmeasured_stack(
+        tmp_path, monkeypatch, STACK_TAIL.replace("memory: 8Gi", "memory: 16Gi")
+    )
+    text = stack.read_text()
+    code, _, err = run_main(
+        capsys, "triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"
+    )
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: stacks/Pulumi.dev.yaml: Deployment triton/triton ")
+    assert "memory 16.0Gi requested, 14.5Gi allocatable" in line
+    assert stack.read_text() == text
+    assert not (tmp_path / "stacks" / "tuning").exists()
+
+
+def _unmeasured_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> Path:
+    """The dev stack with ``tail`` under its add-ons, in a repository tune runs on; measuring
+    fails the test."""
     from gpuinfra.lab import tune as tune_mod
 
     for name in ("versions.yaml", "Pulumi.yaml"):
@@ -139,26 +156,62 @@ def test_a_stack_config_check_refuses_is_refused_before_measuring(
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
     (tmp_path / "stacks").mkdir()
     stack = tmp_path / "stacks" / "Pulumi.dev.yaml"
-    text = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text() + STACK_TAIL.replace(
-        "memory: 8Gi", "memory: 16Gi"
-    )
-    stack.write_text(text)
+    stack.write_text((ROOT / "stacks" / "Pulumi.dev.yaml").read_text() + tail)
     monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path)
 
     def measured(*args: object, **kwargs: object) -> None:
-        raise AssertionError("tune measured a stack config check refuses")
+        raise AssertionError("tune measured where it should have refused")
 
     monkeypatch.setattr(tune_mod, "tune", measured)
-    with pytest.raises(SystemExit) as done:
-        cli.main(["triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100"])
-    assert done.value.code == 2
-    captured = capsys.readouterr()
-    (line,) = captured.err.strip().splitlines()
-    assert line.startswith("error: stacks/Pulumi.dev.yaml: Deployment triton/triton ")
-    assert "memory 16.0Gi requested, 14.5Gi allocatable" in line
+    return stack
+
+
+SHARED_BATCHING = """\
+    triton:
+      enabled: true
+      modelRepository: {s3: "s3://models/repo"}
+      gpuType: l4
+      cpu: "2"
+      memory: 8Gi
+      models:
+        - name: bert
+          backend: onnxruntime
+          maxBatchSize: 8
+          dynamicBatching: &batching {maxQueueDelayMicroseconds: 200}
+        - name: resnet50
+          backend: onnxruntime
+          maxBatchSize: 8
+          dynamicBatching: *batching
+"""
+
+
+def test_settings_shared_through_an_anchor_are_refused_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Triton needed: bert's batching is resnet50's too, which tuning bert would change."""
+    stack = _unmeasured_stack(tmp_path, monkeypatch, SHARED_BATCHING)
+    text = stack.read_text()
+    assert run_main(capsys, "config", "check", "--stack", "dev")[0] == 0
+    code, out, err = run_main(
+        capsys,
+        "triton",
+        "tune",
+        "--stack",
+        "dev",
+        "--model",
+        "bert",
+        "--p99-ms",
+        "100",
+        "--dry-run",
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: stacks/Pulumi.dev.yaml: config.gpuinfra:addons.triton.models[0].dynamicBatching "
+        "is shared through a YAML anchor (alias or << merge key), so the edit would change every "
+        "place using it; write it out in full there first\n"
+    )
     assert stack.read_text() == text
-    assert not (tmp_path / "stacks" / "tuning").exists()
 
 
 P99 = "a number of milliseconds above 0, e.g. 200 or 12.5"
