@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuinfra.addons import triton
-from gpuinfra.errors import GpuinfraError, UsageError
+from gpuinfra.errors import GpuinfraError, ToolError
 from gpuinfra.paths import repo_root
 
 if TYPE_CHECKING:
@@ -131,12 +131,12 @@ class Installation:
 
 
 def installation(venv: Path | None = None) -> Installation:
-    """The local Triton, or UsageError saying how to install it."""
+    """The local Triton, or ToolError saying how to install it."""
     chosen = venv or (Path(os.environ[VENV_ENV]) if os.environ.get(VENV_ENV) else None)
     found = Installation((chosen or repo_root() / VENV).resolve())
     missing = [p for p in (found.server, found.perf_analyzer) if not p.exists()]
     if missing:
-        raise UsageError(f"no local Triton: {missing[0]} is missing; install it with `{SETUP}`")
+        raise ToolError(f"no local Triton: {missing[0]} is missing; install it with `{SETUP}`")
     return found
 
 

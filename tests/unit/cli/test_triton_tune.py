@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra.errors import UsageError, excerpt
+from gpuinfra.errors import ToolError, UsageError, excerpt
 from gpuinfra.lab import triton as local
 from tests.conftest import ROOT, run_main
 
@@ -45,7 +45,7 @@ STACK_TAIL = """\
 def repo(tmp_path: Path) -> Path:
     try:
         local.installation()
-    except UsageError as missing:
+    except ToolError as missing:
         if os.environ.get("GPUINFRA_REQUIRE_TRITON") == "1":
             pytest.fail(str(missing))
         pytest.skip(str(missing))
@@ -146,11 +146,8 @@ def test_a_stack_config_check_refuses_is_refused_before_measuring(
     assert not (tmp_path / "stacks" / "tuning").exists()
 
 
-def _unmeasured_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> Path:
-    """The dev stack with ``tail`` under its add-ons, in a repository tune runs on; measuring
-    fails the test."""
-    from gpuinfra.lab import tune as tune_mod
-
+def _stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> Path:
+    """The dev stack with ``tail`` under its add-ons, in a repository tune runs on."""
     for name in ("versions.yaml", "Pulumi.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
@@ -159,6 +156,14 @@ def _unmeasured_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str
     stack.write_text((ROOT / "stacks" / "Pulumi.dev.yaml").read_text() + tail)
     monkeypatch.setenv("GPUINFRA_ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    return stack
+
+
+def _unmeasured_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> Path:
+    """``_stack``, where measuring fails the test."""
+    from gpuinfra.lab import tune as tune_mod
+
+    stack = _stack(tmp_path, monkeypatch, tail)
 
     def measured(*args: object, **kwargs: object) -> None:
         raise AssertionError("tune measured where it should have refused")
@@ -632,3 +637,25 @@ def test_a_dry_run_writes_no_measurement_whatever_it_finds(
     assert says in out + err
     assert "dry run" in out + err
     assert not (site / "tuning").exists()
+
+
+def test_a_missing_local_triton_is_this_machines_lack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 3, as for any tool the machine lacks, and nothing written, dry run or not."""
+    stack = _stack(tmp_path, monkeypatch, STACK_TAIL)
+    text = stack.read_text()
+    missing = tmp_path / "no-triton"
+    monkeypatch.setenv(local.VENV_ENV, str(missing))
+    server = local.Installation(missing).server
+    for write in ("--dry-run", "--write"):
+        code, out, err = run_main(
+            capsys, "triton", "tune", "--stack", "dev", "--model", "bert", "--p99-ms", "100", write
+        )
+        assert (code, out) == (3, "")
+        assert err == (
+            f"error: no local Triton: {server} is missing; install it with "
+            "`bash scripts/setup-triton.sh`\n"
+        )
+    assert stack.read_text() == text
+    assert not (tmp_path / "stacks" / "tuning").exists()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gpuinfra.errors import UsageError
+from gpuinfra.errors import ToolError
 from gpuinfra.lab import triton as local
 
 # Three ports per server (HTTP, gRPC, metrics), from this project's range on loopback, each
@@ -21,7 +21,7 @@ def inst() -> local.Installation:
     under ``GPUINFRA_REQUIRE_TRITON=1`` (set by ``scripts/test.sh``), where it fails."""
     try:
         return local.installation()
-    except UsageError as missing:
+    except ToolError as missing:
         if os.environ.get("GPUINFRA_REQUIRE_TRITON") == "1":
             pytest.fail(str(missing))
         pytest.skip(str(missing))
