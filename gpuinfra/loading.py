@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from gpuinfra.errors import ConfigError, Problem, UsageError, excerpt, shortened
@@ -351,12 +352,20 @@ def join_path(parts: typing.Iterable[str | int]) -> str:
     return out
 
 
-def validate(model: type[M], data: Any, file: str, prefix: str = "", *, strict: bool = False) -> M:
+def validate(
+    model: type[M],
+    data: Any,
+    file: str,
+    prefix: str = "",
+    *,
+    strict: bool = False,
+    by_field: bool = False,
+) -> M:
     """Validate ``data`` into ``model`` or raise ConfigError listing every problem.
 
     ``strict`` is for data read from a file: each value keeps its YAML type (pydantic's strict
     JSON mode: a list fills a tuple and a string an enum, but no boolean becomes a number and
-    no number a string).
+    no number a string). ``by_field``: see ``located_messages``.
     """
     try:
         if not strict:
@@ -366,22 +375,53 @@ def validate(model: type[M], data: Any, file: str, prefix: str = "", *, strict: 
             raise ConfigError(odd)
         return model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
-        raise ConfigError(problems_from(exc, model, file, prefix)) from None
+        raise ConfigError(problems_from(exc, model, file, prefix, by_field=by_field)) from None
 
 
 def problems_from(
-    exc: ValidationError, model: type[BaseModel], file: str, prefix: str = ""
+    exc: ValidationError,
+    model: type[BaseModel],
+    file: str,
+    prefix: str = "",
+    *,
+    by_field: bool = False,
 ) -> list[Problem]:
     return [
         Problem(file, join_path([prefix, *loc] if prefix else loc), message)
-        for loc, message in located_messages(exc, model)
+        for loc, message in located_messages(exc, model, by_field=by_field)
     ]
 
 
+# What a check across a model's fields tells besides its message (cross_field_error).
+_FIELD = "field"
+_ALLOWED = "allowed"
+
+
+def cross_field_error(message: str, *field: str | int, allowed: str = "") -> PydanticCustomError:
+    """The error a model's check across its fields raises.
+
+    It stays where the model is, as a stack file's key names it (``addons.triton``), and
+    carries ``field``, the path below the model (field names and list indexes) of the value it
+    is about, and ``allowed``, what would be accepted there, for readers that name each field
+    on its own: a site's role variables (``triton_min_replicas``).
+    """
+    context: dict[str, Any] = {_FIELD: field}
+    if allowed:
+        context[_ALLOWED] = allowed
+    # pydantic fills the template from the context, key by key in order: the message goes in
+    # last, so that no "{...}" in it (a user's value) is taken for a key.
+    context["message"] = message
+    return PydanticCustomError("value_error", "{message}", context)
+
+
 def located_messages(
-    exc: ValidationError, model: type[BaseModel]
+    exc: ValidationError, model: type[BaseModel], *, by_field: bool = False
 ) -> list[tuple[tuple[str | int, ...], str]]:
-    """Each error of ``exc`` as (key path, what is wrong), in the words the stack files get."""
+    """Each error of ``exc`` as (key path, what is wrong), in the words the stack files get.
+
+    ``by_field``: a check across fields (cross_field_error) is located at the field it names,
+    with what is allowed there, as role variables name each setting; otherwise at its model.
+    """
     located: list[tuple[tuple[str | int, ...], str]] = []
     # A misspelled key also makes the real key "missing": report the spelling first.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
@@ -389,6 +429,11 @@ def located_messages(
     for err in errors:
         loc = [p for p in err["loc"] if not _is_union_tag(p)]
         message = _message(err, model, loc)
+        ctx = err.get("ctx") or {}
+        if by_field and _FIELD in ctx:
+            loc += ctx[_FIELD]
+            if _ALLOWED in ctx:
+                message += f" (allowed: {ctx[_ALLOWED]})"
         if err["type"] == "missing" and tuple(loc) in meant:
             # The misspelling's line already names this key: one mistake, one line.
             continue

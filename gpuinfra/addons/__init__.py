@@ -202,7 +202,7 @@ def settings_from_role_vars(
     if wrong:
         raise ConfigError(wrong)
     try:
-        return validate(model, data, file, strict=True)
+        return validate(model, data, file, strict=True, by_field=True)
     except ConfigError as exc:
         raise ConfigError(
             Problem(p.file, prefix + p.path if p.path else "", in_role_words(p.message))
@@ -378,9 +378,14 @@ def _role_variable(loc: tuple[str | int, ...]) -> str:
 
 
 def _in_file(problem: Problem, origin: dict[str, str]) -> Problem:
-    """The problem, placed in the file that set its variable."""
+    """The problem, placed in the file that set its variable; for a variable the site leaves
+    unset (a required one), the file that sets its add-on's ``enabled``, or another of the
+    add-on's variables, where it would go."""
     variable = re.split(r"[.\[]", problem.path, maxsplit=1)[0]
-    return Problem(origin.get(variable, problem.file), problem.path, problem.message)
+    addon = _owner(variable)
+    siblings = [f"{addon}_enabled", *(k for k in origin if _owner(k) == addon)] if addon else []
+    file = next((origin[k] for k in [variable, *siblings] if k in origin), problem.file)
+    return Problem(file, problem.path, problem.message)
 
 
 def _owner(variable: str) -> str | None:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from gpuinfra.addons.base import Name, Settings
+from gpuinfra.loading import cross_field_error
 from gpuinfra.suggest import did_you_mean
 
 # Where the Alertmanager CR mounts each Secret listed in alertmanagerSpec.secrets.
@@ -206,7 +207,11 @@ class EmailReceiver(_Receiver):
     @model_validator(mode="after")
     def _login(self) -> EmailReceiver:
         if bool(self.auth_username) != bool(self.auth_password_key):
-            raise ValueError("authUsername and authPasswordKey go together")
+            raise cross_field_error(
+                "authUsername and authPasswordKey go together",
+                "auth_password_key" if self.auth_username else "auth_username",
+                allowed="both or neither",
+            )
         return self
 
     def integration(self, secret_dir: str) -> tuple[str, dict[str, Any]]:
@@ -268,26 +273,50 @@ class AlertingSettings(Settings):
     @model_validator(mode="after")
     def _consistent(self) -> AlertingSettings:
         names = [r.name for r in self.receivers]
-        for name in names:
+        for i, name in enumerate(names):
             if name == NULL_RECEIVER:
-                raise ValueError(f"receiver name '{NULL_RECEIVER}' is reserved")
+                raise cross_field_error(
+                    f"receiver name '{NULL_RECEIVER}' is reserved",
+                    "receivers",
+                    i,
+                    "name",
+                    allowed=f"any name but '{NULL_RECEIVER}'",
+                )
             if names.count(name) > 1:
-                raise ValueError(f"receiver '{name}' is declared twice")
+                again = names.index(name, i + 1)
+                raise cross_field_error(
+                    f"receiver '{name}' is declared twice",
+                    "receivers",
+                    again,
+                    "name",
+                    allowed="each receiver name once",
+                )
         for severity in NOTIFYING:
             chosen = getattr(self.routes, severity)
-            for name in chosen:
+            for j, name in enumerate(chosen):
                 # Each listing is a route of its own: the receiver would hear of every alert
                 # once per listing.
                 if chosen.count(name) > 1:
-                    raise ValueError(f"routes.{severity}: receiver '{name}' is listed twice")
+                    raise cross_field_error(
+                        f"routes.{severity}: receiver '{name}' is listed twice",
+                        "routes",
+                        severity,
+                        chosen.index(name, j + 1),
+                        allowed="each receiver once per severity",
+                    )
                 if name not in names:
                     known = ", ".join(names) or "none declared"
-                    raise ValueError(
+                    raise cross_field_error(
                         f"routes.{severity}: unknown receiver '{name}'"
-                        f"{did_you_mean(name, names)} (receivers: {known})"
+                        f"{did_you_mean(name, names)} (receivers: {known})",
+                        "routes",
+                        severity,
+                        j,
                     )
         if self.secret is None and any(r.secret_keys() for r in self.receivers):
-            raise ValueError("receivers read credentials: set secret to the Secret holding them")
+            raise cross_field_error(
+                "receivers read credentials: set secret to the Secret holding them", "secret"
+            )
         return self
 
     def secret_keys(self) -> list[str]:

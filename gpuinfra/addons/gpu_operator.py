@@ -29,6 +29,7 @@ from gpuinfra.addons.base import (
     enabled_field,
     metadata,
 )
+from gpuinfra.loading import cross_field_error
 from gpuinfra.versions import Versions
 
 RELEASE = "gpu-operator"
@@ -121,11 +122,16 @@ class GpuOperatorSettings(AddonSettings):
     def _mig(self) -> GpuOperatorSettings:
         known = [MIG_ALL_DISABLED, *self.mig_profiles]
         if self.mig_default_profile not in known:
-            raise ValueError(
-                f"migDefaultProfile '{self.mig_default_profile}' is not one of {', '.join(known)}"
+            raise cross_field_error(
+                f"migDefaultProfile '{self.mig_default_profile}' is not one of {', '.join(known)}",
+                "mig_default_profile",
             )
         if self.mig_strategy == "none" and self.mig_profiles:
-            raise ValueError("migProfiles need migStrategy single or mixed")
+            raise cross_field_error(
+                "migProfiles need migStrategy single or mixed",
+                "mig_strategy",
+                allowed="'single' or 'mixed' with migProfiles",
+            )
         return self
 
 

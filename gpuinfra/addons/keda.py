@@ -25,6 +25,7 @@ from gpuinfra.addons.base import (
     enabled_field,
     metadata,
 )
+from gpuinfra.loading import cross_field_error
 from gpuinfra.versions import Versions
 
 RELEASE = "keda"
@@ -85,15 +86,23 @@ class KedaSettings(AddonSettings):
     @model_validator(mode="after")
     def _workloads(self) -> KedaSettings:
         seen: set[tuple[str, str]] = set()
-        for workload in self.idle_reclaim:
+        for i, workload in enumerate(self.idle_reclaim):
             key = (workload.namespace, workload.deployment)
             if key in seen:
-                raise ValueError(f"idle_reclaim lists {'/'.join(key)} twice")
+                raise cross_field_error(
+                    f"idle_reclaim lists {'/'.join(key)} twice",
+                    "idle_reclaim",
+                    i,
+                    allowed="each namespace and deployment once",
+                )
             seen.add(key)
             if workload.namespace not in self.reclaim_namespaces:
-                raise ValueError(
+                raise cross_field_error(
                     f"idle_reclaim: {'/'.join(key)} is not in a reclaim namespace "
-                    f"(allowed: {', '.join(self.reclaim_namespaces)})"
+                    f"(allowed: {', '.join(self.reclaim_namespaces)})",
+                    "idle_reclaim",
+                    i,
+                    "namespace",
                 )
         return self
 

@@ -24,6 +24,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.addons.isolation import QUEUE_LABEL
+from gpuinfra.loading import cross_field_error
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
@@ -139,15 +140,33 @@ class KueueSettings(AddonSettings):
     @model_validator(mode="after")
     def _unique(self) -> KueueSettings:
         if self.teams and not self.flavors:
-            raise ValueError("teams need at least one flavor to queue for")
-        for what, names in (
-            ("flavors (gpuType)", [f.gpu_type for f in self.flavors]),
-            ("teams", self.teams),
-            ("priorityClasses", [p.name for p in self.priority_classes]),
-        ):
+            raise cross_field_error(
+                "teams need at least one flavor to queue for",
+                "teams",
+                allowed="teams once flavors lists a GPU type",
+            )
+        # Each list, its names and where a name sits in an entry.
+        lists: list[tuple[str, str, list[str], tuple[str, ...]]] = [
+            ("flavors (gpuType)", "flavors", [f.gpu_type for f in self.flavors], ("gpu_type",)),
+            ("teams", "teams", list(self.teams), ()),
+            (
+                "priorityClasses",
+                "priority_classes",
+                [p.name for p in self.priority_classes],
+                ("name",),
+            ),
+        ]
+        for what, field, names, key in lists:
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
-                raise ValueError(f"duplicate {what}: {', '.join(dupes)}")
+                again = next(i for i, n in enumerate(names) if n in names[:i])
+                raise cross_field_error(
+                    f"duplicate {what}: {', '.join(dupes)}",
+                    field,
+                    again,
+                    *key,
+                    allowed=f"each {key[0] if key else 'team'} once",
+                )
         return self
 
 

@@ -38,6 +38,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.errors import UsageError, excerpt
+from gpuinfra.loading import cross_field_error
 from gpuinfra.versions import Versions
 
 if TYPE_CHECKING:
@@ -116,9 +117,17 @@ class VersionPolicy(Settings):
     @model_validator(mode="after")
     def _versions(self) -> VersionPolicy:
         if self.policy == "specific" and not self.versions:
-            raise ValueError("policy 'specific' needs versions")
+            raise cross_field_error(
+                "policy 'specific' needs versions",
+                "versions",
+                allowed="one or more versions with policy 'specific'",
+            )
         if self.policy != "specific" and self.versions:
-            raise ValueError("versions apply only to policy 'specific'")
+            raise cross_field_error(
+                "versions apply only to policy 'specific'",
+                "versions",
+                allowed=f"no versions with policy {self.policy!r}",
+            )
         return self
 
     def describe(self) -> str:
@@ -140,12 +149,20 @@ class TritonModel(Settings):
         if self.dynamic_batching is None:
             return self
         if self.max_batch_size == 0:
-            raise ValueError("dynamicBatching needs maxBatchSize above 0")
-        too_big = [b for b in self.dynamic_batching.preferred_batch_size if b > self.max_batch_size]
-        if too_big or any(b < 1 for b in self.dynamic_batching.preferred_batch_size):
-            raise ValueError(
+            raise cross_field_error(
+                "dynamicBatching needs maxBatchSize above 0",
+                "max_batch_size",
+                allowed="1 or more with dynamicBatching",
+            )
+        sizes = self.dynamic_batching.preferred_batch_size
+        wrong = [i for i, b in enumerate(sizes) if not 1 <= b <= self.max_batch_size]
+        if wrong:
+            raise cross_field_error(
                 f"preferredBatchSize values must lie between 1 and maxBatchSize "
-                f"{self.max_batch_size}"
+                f"{self.max_batch_size}",
+                "dynamic_batching",
+                "preferred_batch_size",
+                wrong[0],
             )
         return self
 
@@ -162,9 +179,15 @@ class ModelRepository(Settings):
     @model_validator(mode="after")
     def _one(self) -> ModelRepository:
         if (self.s3 is None) == (self.pvc is None):
-            raise ValueError("give exactly one of s3 or pvc")
+            raise cross_field_error(
+                "give exactly one of s3 or pvc", allowed="a mapping with s3 or with pvc"
+            )
         if self.pvc and (self.region or self.service_account):
-            raise ValueError("region and serviceAccount apply only to an s3 repository")
+            raise cross_field_error(
+                "region and serviceAccount apply only to an s3 repository",
+                "region" if self.region else "service_account",
+                allowed="pvc alone, or s3 with region and serviceAccount",
+            )
         return self
 
 
@@ -402,22 +425,39 @@ class TritonSettings(AddonSettings):
     @model_validator(mode="after")
     def _check(self) -> TritonSettings:
         if self.enabled and self.model_repository is None:
-            raise ValueError("modelRepository is required when triton is enabled")
-        if self.min_replicas > self.max_replicas:
-            raise ValueError(
-                f"minReplicas {self.min_replicas} is greater than maxReplicas {self.max_replicas}"
+            raise cross_field_error(
+                "modelRepository is required when triton is enabled",
+                "model_repository",
+                allowed="a mapping with s3 or with pvc",
             )
-        vllm = [m.name for m in self.models if m.backend == "vllm"]
+        if self.min_replicas > self.max_replicas:
+            raise cross_field_error(
+                f"minReplicas {self.min_replicas} is greater than maxReplicas {self.max_replicas}",
+                "min_replicas",
+                allowed=f"1 to {self.max_replicas}",
+            )
+        vllm = [i for i, m in enumerate(self.models) if m.backend == "vllm"]
         if vllm and self.image_variant != "vllm":
-            raise ValueError(
-                f"model {vllm[0]!r} has backend 'vllm', which the default Triton image does not "
-                "contain; set imageVariant: vllm (the -vllm-python-py3 tag pinned in "
-                "versions.yaml triton.variants.vllm)"
+            # The message says what to set: no room is left for an "allowed".
+            raise cross_field_error(
+                f"model {self.models[vllm[0]].name!r} has backend 'vllm', which the default "
+                "Triton image does not contain; set imageVariant: vllm (the -vllm-python-py3 tag "
+                "pinned in versions.yaml triton.variants.vllm)",
+                "models",
+                vllm[0],
+                "backend",
             )
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"duplicate model names: {', '.join(dupes)}")
+            again = next(i for i, n in enumerate(names) if n in names[:i])
+            raise cross_field_error(
+                f"duplicate model names: {', '.join(dupes)}",
+                "models",
+                again,
+                "name",
+                allowed="each model name once",
+            )
         return self
 
 

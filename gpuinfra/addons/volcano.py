@@ -19,6 +19,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.errors import excerpt
+from gpuinfra.loading import cross_field_error
 from gpuinfra.versions import Versions
 
 RELEASE = "volcano"
@@ -84,9 +85,20 @@ class VolcanoSettings(AddonSettings):
         names = [q.name for q in self.queues]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"duplicate queue names: {', '.join(dupes)}")
+            again = next(i for i, n in enumerate(names) if n in names[:i])
+            raise cross_field_error(
+                f"duplicate queue names: {', '.join(dupes)}",
+                "queues",
+                again,
+                "name",
+                allowed="each queue name once",
+            )
         if "allocate" not in self.actions:
-            raise ValueError("actions must include 'allocate', or nothing is ever scheduled")
+            raise cross_field_error(
+                "actions must include 'allocate', or nothing is ever scheduled",
+                "actions",
+                allowed="a list with 'allocate'",
+            )
         return self
 
 

@@ -200,8 +200,8 @@ def test_a_role_variables_mistake_names_keys_as_the_site_writes_them() -> None:
     with pytest.raises(ConfigError) as caught:
         addons.settings_from_role_vars("triton", variables, file="group_vars/all/triton.yml")
     assert caught.value.lines() == [
-        "group_vars/all/triton.yml: triton_models[0]: preferred_batch_size values must lie "
-        "between 1 and max_batch_size 32"
+        "group_vars/all/triton.yml: triton_models[0].dynamic_batching.preferred_batch_size[1]: "
+        "preferred_batch_size values must lie between 1 and max_batch_size 32"
     ]
 
 

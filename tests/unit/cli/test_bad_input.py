@@ -171,6 +171,8 @@ class Case:
     key: str
     allowed: str
     skip: str | None = field(default=None)
+    # The whole line, where the case knows it.
+    line: str | None = field(default=None)
 
 
 def stack(
@@ -210,6 +212,20 @@ def site_case(
     skip: str | None = None,
 ) -> Case:
     return Case(case_id, argv, edit, code, file, key, allowed, skip)
+
+
+def site_line(
+    case_id: str,
+    edit: Edit,
+    file: str,
+    key: str,
+    message: str,
+    *,
+    argv: tuple[str, ...] = ("config", "check", "--site", SITE),
+) -> Case:
+    """A site case whose line is known whole: ``error: <file>: <key>: <message>``."""
+    line = f"error: {file}: {key}: {message}"
+    return Case(case_id, argv, edit, 2, file, key, message, line=line)
 
 
 def arg(
@@ -1332,6 +1348,89 @@ CASES: list[Case] = [
         "triton_serving_groups",
         "a model belongs to exactly one group",
     ),
+    # A check across an add-on's settings names the variable it is about, in its file.
+    *(
+        site_line(
+            f"{command}site-triton-min-above-max",
+            sub(f"{ALL_VARS}/triton.yml", "triton_min_replicas: 1", "triton_min_replicas: 9"),
+            f"{ALL_VARS}/triton.yml",
+            "triton_min_replicas",
+            "min_replicas 9 is greater than max_replicas 4 (allowed: 1 to 4)",
+            argv=argv,
+        )
+        for command, argv in (("", ("config", "check", "--site", SITE)), ("plan-", PLAN_SITE))
+    ),
+    site_line(
+        "site-triton-model-twice",
+        sub(
+            f"{ALL_VARS}/triton.yml",
+            "triton_models:\n",
+            "triton_models:\n  - {name: resnet50, backend: onnxruntime}\n",
+        ),
+        f"{ALL_VARS}/triton.yml",
+        "triton_models[1].name",
+        "duplicate model names: resnet50 (allowed: each model name once)",
+    ),
+    site_line(
+        # Unset: named in the file that enables Triton.
+        "site-triton-no-model-repository",
+        sub(f"{ALL_VARS}/triton.yml", "triton_model_repository:\n  pvc: triton-models\n", ""),
+        f"{ALL_VARS}/triton.yml",
+        "triton_model_repository",
+        "model_repository is required when triton is enabled "
+        "(allowed: a mapping with s3 or with pvc)",
+    ),
+    site_line(
+        "site-triton-vllm-in-the-default-image",
+        sub(f"{ALL_VARS}/triton.yml", "backend: onnxruntime", "backend: vllm"),
+        f"{ALL_VARS}/triton.yml",
+        "triton_models[0].backend",
+        "model 'resnet50' has backend 'vllm', which the default Triton image does not contain; "
+        "set image_variant: vllm (the -vllm-python-py3 tag pinned in versions.yaml "
+        "triton.variants.vllm)",
+    ),
+    site_line(
+        "site-kueue-gpu-type-twice",
+        sub(f"{ALL_VARS}/kueue.yml", "gpu_type: l4", "gpu_type: h100"),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_flavors[1].gpu_type",
+        "duplicate flavors (gpu_type): h100 (allowed: each gpu_type once)",
+    ),
+    site_line(
+        "site-kueue-team-twice",
+        sub(f"{ALL_VARS}/kueue.yml", "  - inference\n", "  - research\n"),
+        f"{ALL_VARS}/kueue.yml",
+        "kueue_teams[1]",
+        "duplicate teams: research (allowed: each team once)",
+    ),
+    site_line(
+        "site-volcano-queue-twice",
+        both(
+            sub(f"{ALL_VARS}/volcano.yml", "volcano_enabled: false", "volcano_enabled: true"),
+            sub(f"{ALL_VARS}/volcano.yml", "name: experiments", "name: training"),
+        ),
+        f"{ALL_VARS}/volcano.yml",
+        "volcano_queues[1].name",
+        "duplicate queue names: training (allowed: each queue name once)",
+    ),
+    site_line(
+        "site-keda-workload-twice",
+        sub(
+            f"{ALL_VARS}/keda.yml",
+            "namespace: test\n    deployment: llm-eval",
+            "namespace: dev\n    deployment: notebook-gpu",
+        ),
+        f"{ALL_VARS}/keda.yml",
+        "keda_idle_reclaim[1]",
+        "idle_reclaim lists dev/notebook-gpu twice (allowed: each namespace and deployment once)",
+    ),
+    site_line(
+        "site-keda-workload-in-kube-system",
+        sub(f"{ALL_VARS}/keda.yml", "namespace: test", "namespace: kube-system"),
+        f"{ALL_VARS}/keda.yml",
+        "keda_idle_reclaim[1].namespace",
+        "idle_reclaim: kube-system/llm-eval is not in a reclaim namespace (allowed: dev, test)",
+    ),
     site_case(
         "site-triton-group-on-a-mig-slice-no-host-offers",
         sub(
@@ -1868,6 +1967,8 @@ def test_bad_input(
     assert len(line) <= MAX_LINE + len("error: "), f"{len(line)} characters: {line}"
     for part, what in ((case.file, "file"), (case.key, "key"), (case.allowed, "allowed")):
         assert part in line, f"the {what} {part!r} is not in: {line}"
+    if case.line is not None:
+        assert line == case.line
     assert after == before, "the command changed the tree"
 
 
