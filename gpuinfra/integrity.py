@@ -587,13 +587,30 @@ def _misfit(pod: Mapping[str, Any], nodes: Nodes, cdi: bool = False) -> str:
     return ""
 
 
+def fit(pod: Mapping[str, Any], state: State) -> list[tuple[Nodes, str]]:
+    """Each kind of node with why ``pod`` cannot run there ('' where it can): the scheduling
+    rule's test, which a workload gpuinfra prints for the cluster's users meets too."""
+    return [(nodes, _misfit(pod, nodes, state.cdi)) for nodes in state.nodes]
+
+
+def pods_per_node(pod: Mapping[str, Any], nodes: Nodes) -> float:
+    """How many such pods one node of ``nodes`` holds at once, by what they request of what it
+    can allocate (UNKNOWN where nothing it requests bounds them)."""
+    most = UNKNOWN
+    for resource, amount in _requests(pod).items():
+        offered = nodes.allocatable.get(resource, 0.0)
+        if amount > 0 and offered != UNKNOWN:
+            most = min(most, float(offered // amount))
+    return most
+
+
 def scheduling(state: State) -> list[Finding]:
     found = []
     for _render, obj in _objects(state):
         if obj.get("kind") not in WORKLOAD_KINDS:
             continue
         pod = obj.get("spec", {}).get("template", {}).get("spec", {})
-        misfits = {nodes.name: _misfit(pod, nodes, state.cdi) for nodes in state.nodes}
+        misfits = {nodes.name: reason for nodes, reason in fit(pod, state)}
         if any(reason == "" for reason in misfits.values()):
             continue
         selector = ", ".join(f"{k}={v}" for k, v in pod.get("nodeSelector", {}).items())

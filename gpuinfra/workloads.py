@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from gpuinfra import catalog, gpus
+from pydantic.alias_generators import to_camel
+
+from gpuinfra import addons, catalog, config, gpus, integrity
+from gpuinfra import site as site_mod
 from gpuinfra.addons.base import (
     DNS_LABEL,
     EFA_RESOURCE,
@@ -25,8 +29,9 @@ from gpuinfra.addons.base import (
     TEAM_LABEL,
     quantity_amount,
 )
-from gpuinfra.addons.kueue import CLUSTER_NAMESPACES_REFUSED, cluster_namespace
+from gpuinfra.addons.kueue import CLUSTER_NAMESPACES_REFUSED, KueueSettings, cluster_namespace
 from gpuinfra.errors import InputInvalid, excerpt
+from gpuinfra.loading import display_path
 from gpuinfra.suggest import allowed, did_you_mean
 from gpuinfra.versions import FLOATING_WORDS
 
@@ -384,3 +389,145 @@ def training_job(job: TrainingJob) -> dict[str, Any]:
             },
         },
     }
+
+
+# --- the cluster the Job is for -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A stack or a site as a training Job meets it: its nodes as the integrity rules see them,
+    and its Kueue settings."""
+
+    name: str
+    state: integrity.State
+    kueue: KueueSettings
+    # A site sets Kueue through role variables (kueue_teams), a stack through its add-on keys
+    # (kueue.teams).
+    site: bool = False
+
+    def setting(self, field: str) -> str:
+        """A Kueue setting as this stack or site writes it."""
+        return f"kueue_{field}" if self.site else f"kueue.{to_camel(field)}"
+
+
+def stack_cluster(stack: str) -> Cluster:
+    """The stack's nodes and Kueue settings, as ``config check --stack`` reads them."""
+    cfg = config.load_stack(stack)
+    state = integrity.stack_state(cfg, addons.render_all(cfg.addons))
+    return Cluster(f"stack {stack}", state, cfg.addons.kueue)
+
+
+def site_cluster(path: Path) -> Cluster:
+    """The site's nodes and Kueue settings, as ``config check --site`` reads them."""
+    loaded = site_mod.load_site(path)
+    settings = addons.settings_from_site(loaded)
+    state = integrity.site_state(loaded, addons.render_all(settings), settings=settings)
+    return Cluster(f"site {loaded.name or display_path(path)}", state, settings.kueue, site=True)
+
+
+def cluster_problems(job: TrainingJob, cluster: Cluster) -> list[str]:
+    """Why ``job`` would never run on ``cluster``: one line per mistake, each naming the flag.
+    Its pods are judged by the integrity rules' own test of a pod against the nodes, and the Job
+    by what Kueue would admit: a team namespace's LocalQueue, within the flavor's quota."""
+    nodes = _node_problem(job, training_job(job)["spec"]["template"]["spec"], cluster)
+    return [*nodes, *_queue_problems(job, cluster, quota=not nodes)]
+
+
+def _node_problem(job: TrainingJob, pod: dict[str, Any], cluster: Cluster) -> list[str]:
+    """The first of: no node of the GPU type, none that runs one pod, too few for all of them."""
+    typed = [
+        (nodes, why)
+        for nodes, why in integrity.fit(pod, cluster.state)
+        if nodes.labels.get(GPU_TYPE_LABEL) == job.gpu_type
+    ]
+    if not typed:
+        offered = {
+            n.labels[GPU_TYPE_LABEL] for n in cluster.state.nodes if GPU_TYPE_LABEL in n.labels
+        }
+        return [
+            f"--gpu-type {job.gpu_type}: no node of {cluster.name} carries "
+            f"{GPU_TYPE_LABEL}={job.gpu_type} (allowed: {allowed(offered)})"
+        ]
+    fits = [nodes for nodes, why in typed if not why]
+    if not fits:
+        most = max(typed, key=lambda t: t[0].allocatable.get(GPU_RESOURCE, 0.0))[0]
+        gives = most.allocatable.get(GPU_RESOURCE, 0.0)
+        short = all(n.allocatable.get(GPU_RESOURCE, 0.0) < job.gpus_per_node for n, _ in typed)
+        if short and gives >= 1:
+            return [
+                f"--gpus-per-node {job.gpus_per_node}: no {job.gpu_type} node of {cluster.name} "
+                f"gives one pod {job.gpus_per_node} GPUs (allowed: "
+                f"{_up_to(int(gives))}, what {most.name} gives)"
+            ]
+        why = "; ".join(f"{nodes.name}: {why}" for nodes, why in typed)
+        return [
+            f"--gpu-type {job.gpu_type}: no {job.gpu_type} node of {cluster.name} can run the "
+            f"Job's pods ({why})"
+        ]
+    held = [(nodes, integrity.pods_per_node(pod, nodes)) for nodes in fits]
+    most_pods = sum(nodes.count * per for nodes, per in held)
+    if job.nodes <= most_pods:
+        return []
+    where = ", ".join(
+        f"{int(per)} on each of {nodes.name}'s {nodes.count} nodes at its maxSize"
+        if nodes.min_count is not None
+        else f"{int(per)} on {nodes.name}"
+        for nodes, per in held
+    )
+    more = (
+        f"or more hosts with gpu_node_registration_gpu_type: {job.gpu_type}"
+        if cluster.site
+        else "or a larger maxSize"
+    )
+    return [
+        f"--nodes {job.nodes}: {cluster.name} can run at most {int(most_pods)} of these pods at "
+        f"once, {where} (allowed: {_up_to(int(most_pods))}, {more})"
+    ]
+
+
+def _up_to(most: int) -> str:
+    return "1" if most == 1 else f"1 to {most}"
+
+
+def _queue_problems(job: TrainingJob, cluster: Cluster, *, quota: bool) -> list[str]:
+    """Whether Kueue admits the Job: on, the namespace a team's, the queue its LocalQueue, the
+    GPUs within the flavor's quota (asked only where the nodes can hold the Job)."""
+    kueue = cluster.kueue
+    if not kueue.enabled:
+        return [
+            f"--queue {job.queue}: Kueue is off in {cluster.name}, so nothing admits the Job "
+            f"through its {QUEUE_LABEL} label and it stays suspended; set "
+            f"{cluster.setting('enabled')}: true"
+        ]
+    found = []
+    if job.namespace not in kueue.teams:
+        found.append(
+            f"--namespace {job.namespace}: not a Kueue team namespace of {cluster.name}, so no "
+            f"LocalQueue there admits the Job (allowed: {allowed(kueue.teams)}, or add it to "
+            f"{cluster.setting('teams')})"
+        )
+    if job.queue != kueue.cluster_queue:
+        found.append(
+            f"--queue {job.queue}: not the LocalQueue Kueue gives each team of {cluster.name} "
+            f"(allowed: '{kueue.cluster_queue}')"
+        )
+    if not quota:
+        return found
+    flavor = next((f for f in kueue.flavors if f.gpu_type == job.gpu_type), None)
+    if flavor is None:
+        found.append(
+            f"--gpu-type {job.gpu_type}: Kueue has no flavor for {job.gpu_type} in "
+            f"{cluster.name}, so the Job waits forever (allowed: "
+            f"{allowed(f.gpu_type for f in kueue.flavors)}, or add it to "
+            f"{cluster.setting('flavors')})"
+        )
+    elif job.nodes * job.gpus_per_node > flavor.gpus:
+        found.append(
+            f"--nodes {job.nodes} --gpus-per-node {job.gpus_per_node}: "
+            f"{job.nodes * job.gpus_per_node} {job.gpu_type} GPUs in all, more than Kueue's "
+            f"quota of {flavor.gpus} for {job.gpu_type} in {cluster.name}, so the Job waits "
+            f"forever (allowed: at most {flavor.gpus} GPUs in all, or raise gpus of "
+            f"{cluster.setting('flavors')}' {job.gpu_type} entry)"
+        )
+    return found
