@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from gpuinfra.cli.console import out, say
+from gpuinfra.cli.console import out, say, warn
 from gpuinfra.cli.options import STACK_HELP, parse_site, parse_whole
 from gpuinfra.errors import CheckFailed, ToolError, UsageError, excerpt
 
@@ -328,6 +328,9 @@ def canary(
     before, after = modeledit.canary_weight(where, settings, group, None if remove else weight)
     _check_edit(stack, site, where, after)
     shown = display_path(where.path)
+    if not settings.enabled:
+        switch = "triton.enabled" if stack is not None else "triton_enabled"
+        warn(f"Triton is off ({switch}: false): no route carries this weight until it is on")
     for line in difflib.unified_diff(
         before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
     ):

@@ -312,3 +312,26 @@ def test_a_canary_of_its_own_beside_a_merge_key_is_edited(
         "    canary: {weight: 10}\n", "    canary: {weight: 30}\n"
     )
     assert "+    canary: {weight: 30}" in out
+
+
+def test_a_canary_for_triton_turned_off_is_written_with_a_warning(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    variables = site / "group_vars" / "all" / "triton.yml"
+    variables.write_text(
+        variables.read_text().replace("triton_enabled: true", "triton_enabled: false")
+    )
+    code, out, _ = run_main(capsys, "triton", "canary", "vision", "10", "--site", str(site))
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "warning: Triton is off (triton_enabled: false): no route carries this weight until it "
+        "is on"
+    )
+    assert variables.read_text().endswith("    canary:\n      weight: 10\n")
+    # Turned on, the same change is quiet.
+    variables.write_text(
+        variables.read_text().replace("triton_enabled: false", "triton_enabled: true")
+    )
+    code, out, _ = run_main(capsys, "triton", "canary", "vision", "20", "--site", str(site))
+    assert code == 0
+    assert "warning:" not in out
