@@ -8,9 +8,12 @@ Prometheus and promtool from Debian's ``prometheus`` package. Each server listen
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import ipaddress
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -230,3 +233,81 @@ def static(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def self_signed(directory: Path) -> Path:
+    """A PEM file in ``directory`` holding a key and a certificate for 127.0.0.1 that it signs
+    itself: a server no client verifies."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / "server.pem"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        + certificate.public_bytes(serialization.Encoding.PEM)
+    )
+    return path
+
+
+@contextlib.contextmanager
+def trickle(
+    answer: bytes, *, at_once: int = 0, every: float = 0.5, certificate: Path | None = None
+) -> Iterator[str]:
+    """A server on loopback that answers each request with ``answer``: its first ``at_once``
+    bytes at once, then one byte every ``every`` seconds, then it closes the connection. Over
+    TLS with ``certificate`` (a PEM file with its key, as ``self_signed`` writes)."""
+    tls = None
+    if certificate is not None:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(certificate)
+    stopped = threading.Event()
+
+    def answer_one(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            if tls is not None:
+                conn = tls.wrap_socket(conn, server_side=True)
+            conn.recv(65536)
+            conn.sendall(answer[:at_once])
+            for byte in answer[at_once:]:
+                if stopped.wait(every):
+                    return
+                conn.sendall(bytes([byte]))
+
+    def accept(listener: socket.socket) -> None:
+        while not stopped.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                threading.Thread(target=answer_one, args=(conn,), daemon=True).start()
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        threading.Thread(target=accept, args=(listener,), daemon=True).start()
+        try:
+            yield f"{'http' if tls is None else 'https'}://127.0.0.1:{listener.getsockname()[1]}"
+        finally:
+            stopped.set()

@@ -20,12 +20,14 @@ is one unread item, and the other sources are still checked.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import queue
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,7 +43,7 @@ from gpuinfra.addons.triton import groups as triton_groups
 from gpuinfra.errors import ToolError, UsageError, excerpt
 from gpuinfra.integrity import Nodes
 from gpuinfra.loading import load_yaml
-from gpuinfra.ops.http import TIMEOUT_S, Server, read_bounded, server
+from gpuinfra.ops.http import TIMEOUT_S, Deadline, Server, not_within, read_bounded, server, watch
 from gpuinfra.ops.prometheus import Prometheus
 
 Status = Literal["ok", "fail", "skip", "unread"]
@@ -114,6 +116,7 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
     against its models; the requests are made here, once each, and read within the bounds of
     ``gpuinfra.ops.http``: the client's own retries four times a server that never answers.
     The file is one that ``check_kubeconfig`` passed."""
+    import urllib3
     import yaml
     from kubernetes import config
 
@@ -146,21 +149,27 @@ def kubernetes_objects(kubeconfig: Path, triton: TritonSettings | None) -> dict[
         api.close()
         reason = excerpt(" ".join(failures[0].split()), 160)
         raise ToolError(f"--kubeconfig {kubeconfig}: the user's exec plugin failed: {reason}")
-    try:
-        found: dict[str, Any] = {"nodes": _kubernetes_get(api, "/api/v1/nodes", "V1NodeList")}
-        if triton is not None and triton.enabled:
-            # One Deployment per serving group (and canary), each read by name.
-            found["triton"] = {
-                group.name: _kubernetes_get(
-                    api,
-                    f"/apis/apps/v1/namespaces/{triton.namespace}/deployments/{group.name}",
-                    "V1Deployment",
-                    missing_ok=True,
-                )
-                for group in triton_groups(triton)
-            }
-    finally:
-        api.close()
+    # A cluster with insecure-skip-tls-verify: the user chose not to check the server's
+    # certificate, and urllib3's two-line warning on each request would break the one line per
+    # unread server. The filter holds for the whole process while the requests run; the other
+    # sources' reads (urllib) warn of nothing meanwhile.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        try:
+            found: dict[str, Any] = {"nodes": _kubernetes_get(api, "/api/v1/nodes", "V1NodeList")}
+            if triton is not None and triton.enabled:
+                # One Deployment per serving group (and canary), each read by name.
+                found["triton"] = {
+                    group.name: _kubernetes_get(
+                        api,
+                        f"/apis/apps/v1/namespaces/{triton.namespace}/deployments/{group.name}",
+                        "V1Deployment",
+                        missing_ok=True,
+                    )
+                    for group in triton_groups(triton)
+                }
+        finally:
+            api.close()
     return found
 
 
@@ -254,30 +263,43 @@ def _kubernetes_get(
 
     server = api.configuration.host
     source = f"Kubernetes API at {server}"
+    url = f"{server}{path}"
     headers = {"Accept": "application/json", **api.default_headers}
     api.update_params_for_auth(headers, [], ["BearerToken"])
-    try:
-        response = api.rest_client.pool_manager.request(
-            "GET",
-            f"{server}{path}",
-            headers=headers,
-            preload_content=False,
-            timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
-            retries=False,
-        )
+    pool = api.rest_client.pool_manager.connection_from_url(url)
+    pool.ConnectionCls = _watched(type(pool).ConnectionCls)
+    with Deadline() as deadline:
         try:
-            body = read_bounded(response.stream(1 << 16), source)
-        finally:
-            response.release_conn()
-    # urllib3 derives a refused connection from its connect timeout: it comes first.
-    except urllib3.exceptions.NewConnectionError as exc:
-        reason = str(exc).rpartition("Failed to establish a new connection: ")[2]
-        raise ToolError(f"{source} does not answer: {reason}") from None
-    except urllib3.exceptions.TimeoutError:
-        raise ToolError(f"{source} does not answer within {TIMEOUT_S:.0f} s") from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        reason = excerpt(" ".join(str(exc).split()), 160)
-        raise ToolError(f"{source} does not answer: {reason}") from None
+            response = api.rest_client.pool_manager.request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
+                retries=False,
+            )
+            try:
+                # What has come, as it comes: stream() waits for a whole chunk of 64 KiB.
+                body = read_bounded(iter(lambda: response.read1(1 << 16), b""), source)
+            finally:
+                # Not kept for the next request: a deadline watches the connections its own
+                # request opens.
+                response.close()
+                response.release_conn()
+        # urllib3 derives a refused connection from its connect timeout: it comes first.
+        except urllib3.exceptions.NewConnectionError as exc:
+            reason = str(exc).rpartition("Failed to establish a new connection: ")[2]
+            raise ToolError(f"{source} does not answer: {reason}") from None
+        except urllib3.exceptions.TimeoutError:
+            raise ToolError(f"{source} does not answer within {TIMEOUT_S:.0f} s") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if deadline.expired:
+                raise not_within(source) from None
+            reason = excerpt(" ".join(str(exc).split()), 160)
+            raise ToolError(f"{source} does not answer: {reason}") from None
+    # An answer the deadline cut short ends as if complete.
+    if deadline.expired:
+        raise not_within(source)
     if response.status == 404 and missing_ok:
         return None
     if not 200 <= response.status < 300:
@@ -292,6 +314,20 @@ def _kubernetes_get(
         raise ToolError(f"{source}: the answer is not what the Kubernetes API returns") from None
     document: dict[str, Any] = api.sanitize_for_serialization(checked)
     return document
+
+
+@functools.cache
+def _watched(connection: type) -> type:
+    """``connection`` (a urllib3 connection class), its sockets watched by the deadline active
+    in the thread that opens them, from before the TLS handshake."""
+
+    class Watched(connection):  # type: ignore[misc]
+        def _new_conn(self) -> Any:
+            sock = super()._new_conn()
+            watch(sock)
+            return sock
+
+    return Watched
 
 
 def _status_message(body: bytes, response: Any) -> str:

@@ -55,14 +55,20 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield _kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig", url)
 
 
-def _kubeconfig(path: Path, server: str, user: dict[str, Any] | None = None) -> Path:
-    """A kubeconfig at ``path`` whose one context reaches ``server`` as ``user`` (a token)."""
+def _kubeconfig(
+    path: Path, server: str, user: dict[str, Any] | None = None, *, verify: bool = True
+) -> Path:
+    """A kubeconfig at ``path`` whose one context reaches ``server`` as ``user`` (a token);
+    without ``verify``, the cluster skips the server's certificate."""
+    cluster: dict[str, Any] = {"server": server}
+    if not verify:
+        cluster["insecure-skip-tls-verify"] = True
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "clusters": [{"name": "c", "cluster": cluster}],
                 "users": [{"name": "u", "user": user or {"token": "recorded"}}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
                 "current-context": "x",
@@ -630,6 +636,53 @@ def test_a_refused_request_shows_the_apis_own_message(tmp_path: Path) -> None:
     assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
     assert result.stderr.splitlines() == [f"error: Kubernetes API at {url}: HTTP 401: Unauthorized"]
     assert path.read_bytes() == before
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("part", "tls"), [("headers", False), ("body", False), ("headers", True), ("body", True)]
+)
+def test_a_kubernetes_answer_that_comes_a_byte_at_a_time_is_cut_at_the_bound(
+    part: str,
+    tls: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuinfra.ops import http
+
+    monkeypatch.setattr(http, "ANSWER_S", 2.0)
+    # Each byte within the read timeout. The answer ends after some 25 s: where only each read
+    # is bounded, the test fails on the time instead of waiting for good.
+    answer = _HEAD + b" " * 5 + (FIXTURES / "nodes.json").read_bytes()[:40]
+    at_once = len(_HEAD) if part == "body" else 0
+    certificate = servers.self_signed(tmp_path) if tls else None
+    with servers.trickle(answer, at_once=at_once, every=0.5, certificate=certificate) as url:
+        path = _kubeconfig(tmp_path / "kubeconfig", url, verify=not tls)
+        started = time.monotonic()
+        code, out, err = run_main(capsys, "doctor", "--kubeconfig", str(path))
+        assert time.monotonic() - started < 10
+    assert code == 3
+    assert doctor_rows(out) == KUBERNETES_UNREAD
+    assert err.splitlines() == [f"error: Kubernetes API at {url} does not answer within 2 s"]
+
+
+def test_a_cluster_that_skips_tls_verification_adds_no_warning(tmp_path: Path) -> None:
+    status = json.dumps({"kind": "Status", "message": "Unauthorized", "code": 401}).encode()
+    answer = (
+        b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(status), status)
+    )
+    certificate = servers.self_signed(tmp_path)
+    with servers.trickle(answer, at_once=len(answer), certificate=certificate) as url:
+        path = _kubeconfig(tmp_path / "kubeconfig", url, verify=False)
+        result = run_cli("doctor", "--kubeconfig", str(path))
+    assert result.code == 3
+    assert doctor_rows(result.stdout) == KUBERNETES_UNREAD
+    # urllib3 warns of each unverified request in two lines: the user chose it in the file.
+    assert result.stderr.splitlines() == [f"error: Kubernetes API at {url}: HTTP 401: Unauthorized"]
 
 
 def test_a_kubernetes_answer_larger_than_the_bound_is_refused(

@@ -161,6 +161,28 @@ def test_an_answer_that_never_ends_is_one_line_and_exit_3(
     ]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [("doctor", "--prometheus"), ("doctor", "--alertmanager"), ("report", "gpu-hours", "--prometheus")],
+)  # fmt: skip
+def test_headers_that_come_a_byte_at_a_time_are_cut_at_the_bound(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http, "ANSWER_S", 2.0)
+    # Each byte within the read timeout. The answer ends after some 30 s: where only each read
+    # and the body are bounded, the test fails on the time instead of waiting for good.
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[]"
+    with servers.trickle(answer, every=0.5) as url:
+        started = time.monotonic()
+        code, out, err = run_main(capsys, *argv, url)
+        assert time.monotonic() - started < 10
+    assert code == 3
+    assert _nothing_read(argv, out), out
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {argv[-1].removeprefix('--').title()} at {url}/api/")
+    assert line.endswith(" does not answer within 2 s")
+
+
 _COMMANDS = {
     "/api/v1/query": (("report", "gpu-hours", "--prometheus"), "Prometheus at {url}: query: "),
     "/api/v1/targets": (("doctor", "--prometheus"), "Prometheus at {url}: targets: "),
