@@ -13,6 +13,10 @@ from __future__ import annotations
 import io
 import shutil
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO, cast
 
@@ -107,6 +111,43 @@ def emit(text: str, path: Path | None = None) -> None:
         path.write_text(secrets.redact_text(text), encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--out {excerpt(str(path), 80)}: cannot write: {exc.strerror}") from None
+
+
+# How long a wait goes unremarked: most servers answer well within it.
+WAIT_SHOWN_S = 3.0
+
+
+@contextmanager
+def waiting(what: str) -> Iterator[None]:
+    """While the block runs: at a terminal, once it has taken WAIT_SHOWN_S, a line on stderr,
+    "<what> … 12 s", counting, erased when the block ends; elsewhere (a pipe, a CI log) nothing.
+
+    A server that dribbles its answer may hold the command up to its bound (a minute): the
+    person at the terminal sees that it is waiting, and on what."""
+    if not err.is_terminal:
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def line() -> Text:
+        return Text(f"{what} … {time.monotonic() - started:.0f} s")
+
+    def show() -> None:
+        if done.wait(WAIT_SHOWN_S):
+            return
+        with err.status(line(), spinner="line") as status:
+            while not done.wait(1):
+                status.update(line())
+
+    thread = threading.Thread(target=show, name="waiting", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        # The line is gone before the command prints what it read.
+        thread.join()
 
 
 def render_text(renderables: list[RenderableType]) -> str:

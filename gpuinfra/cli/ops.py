@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gpuinfra.cli.console import emit, out, warn
+from gpuinfra.cli.console import emit, out, waiting, warn
 from gpuinfra.cli.options import parse_site
 from gpuinfra.errors import SourcesUnread, UsageError
 
@@ -88,8 +88,9 @@ def gpu_hours(
             "(allowed: a window inside Prometheus's time, which starts on 1970-01-01)"
         )
     server = Prometheus(prometheus)
-    rows = gpuhours.gpu_hours(server, window, end, by=keys)
-    kept = server.retention()
+    with waiting(f"report: reading Prometheus at {server.url}"):
+        rows = gpuhours.gpu_hours(server, window, end, by=keys)
+        kept = server.retention()
     if kept is not None and end - window < datetime.now(UTC) - kept:
         # Samples older than the retention are gone: the report counts only what is left.
         warn(
@@ -212,13 +213,20 @@ def doctor(
         loaded = site_mod.load_site(site)
         settings = addons.settings_from_site(loaded)
         declared = doctor_mod.Declared(integrity.site_nodes(loaded), settings.triton, by_host=True)
-    items = doctor_mod.run(
-        declared=declared,
-        kubeconfig=kubeconfig,
-        prometheus_url=prometheus,
-        alertmanager_url=alertmanager,
-        node_checks=node_checks,
-    )
+    given = {
+        "the Kubernetes API": kubeconfig,
+        "Prometheus": prometheus,
+        "Alertmanager": alertmanager,
+        "the node check reports": node_checks,
+    }
+    with waiting(f"doctor: reading {', '.join(n for n, v in given.items() if v is not None)}"):
+        items = doctor_mod.run(
+            declared=declared,
+            kubeconfig=kubeconfig,
+            prometheus_url=prometheus,
+            alertmanager_url=alertmanager,
+            node_checks=node_checks,
+        )
     failures = doctor_mod.failed(items)
     unread = doctor_mod.unread(items)
     if fmt is DoctorFormat.json:

@@ -10,6 +10,7 @@ runs the same command on the cluster ``KUBECONFIG`` points at.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import re
@@ -539,6 +540,32 @@ def test_a_server_that_cannot_be_read_leaves_the_other_sources_checked(
     assert _by_subject(document, "gpu-node")["gpu-node-02"][0] == "fail"
     assert _by_subject(document, "triton") == {"triton/triton": ("ok", "2 of 2 replicas ready")}
     assert _by_subject(document, "node-check")["gpu-node-02"][0] == "fail"
+
+
+def test_a_long_wait_is_shown_at_a_terminal_and_erased_before_the_table(
+    silent_server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from gpuinfra.cli import console
+    from gpuinfra.ops import http
+
+    monkeypatch.setattr(http, "TIMEOUT_S", 2.0)
+    monkeypatch.setattr(console, "WAIT_SHOWN_S", 0.5)
+    line = f"error: Prometheus at {silent_server}/api/v1/targets does not answer: timed out"
+    # Through a pipe: the table and the one line, nothing else.
+    code, out, err = run_main(capsys, "doctor", "--prometheus", silent_server)
+    assert (code, err.splitlines()) == (3, [line])
+    terminal = io.StringIO()
+    monkeypatch.setattr(console, "err", Console(file=terminal, force_terminal=True, width=200))
+    code, out, _ = run_main(capsys, "doctor", "--prometheus", silent_server)
+    assert code == 3
+    assert ("source", "prometheus", "UNREAD") in doctor_rows(out)
+    shown = terminal.getvalue()
+    # Counting while it waits, then erased (the cursor back up, the line cleared) before the
+    # command goes on to print the table.
+    assert re.search(r"doctor: reading Prometheus … \d s", shown), shown
+    assert shown.endswith("\x1b[1A\x1b[2K"), shown
 
 
 def test_the_table_counts_sources_not_read_apart_from_failed_items(
