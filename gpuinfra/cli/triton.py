@@ -496,13 +496,11 @@ def repository(
 def _s3_keys(
     bucket: str, prefix: str, region: str | None, endpoint_url: str | None, source: str
 ) -> list[str]:
-    """Every key under the prefix, listed with bounded timeouts and two attempts.
+    """Every key under the prefix, each page within the bounds of ``gpuinfra.ops.s3``.
 
     A bucket that does not exist is the check's finding (exit 1); no credentials, no answer or
     a refusal (access denied, an expired token) mean it could not look (exit 3).
     """
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import (
         BotoCoreError,
         ClientError,
@@ -511,14 +509,11 @@ def _s3_keys(
         ParamValidationError,
     )
 
+    from gpuinfra.ops import s3
+
     where = f"s3://{bucket}/{prefix}"
     try:
-        client = boto3.client(
-            "s3",
-            region_name=region,
-            endpoint_url=endpoint_url,
-            config=Config(connect_timeout=5, read_timeout=15, retries={"max_attempts": 2}),
-        )
+        client = s3.client(region, endpoint_url)
     except InvalidRegionError:
         raise UsageError(
             f"{source}: triton.modelRepository.region {excerpt(repr(region), 40)}: not an AWS "

@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tests.conftest import run_cli
+from gpuinfra.ops import http
+from gpuinfra.ops import s3 as bounded
+from tests.conftest import run_cli, run_main
 from tests.unit.test_integrity import site_copy
 
 BUCKET = "models-bucket"
@@ -144,3 +149,181 @@ def test_a_stack_without_triton_has_no_repository_to_check() -> None:
     assert result.code == 2
     (line,) = result.stderr.splitlines()
     assert line == "error: prod: Triton is not enabled there; no model repository to check"
+
+
+@dataclass
+class Endpoint:
+    """A loopback endpoint that answers every connection with ``answer``: how many it took and
+    how many bytes it sent on each before the client went."""
+
+    url: str
+    stop: threading.Event
+    accepted: int = 0
+    sent: list[int] = field(default_factory=list)
+
+
+Answer = Callable[[socket.socket, threading.Event], int]
+
+
+@pytest.fixture
+def endpoint(request: pytest.FixtureRequest) -> Iterator[Endpoint]:
+    answer: Answer = request.param
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        found = Endpoint(f"http://127.0.0.1:{listener.getsockname()[1]}", threading.Event())
+        held: list[socket.socket] = []
+
+        def serve(conn: socket.socket) -> None:
+            sent = 0
+            try:
+                conn.recv(1 << 16)
+                sent = answer(conn, found.stop)
+            except OSError as gone:
+                sent = getattr(gone, "sent", 0)
+            found.sent.append(sent)
+
+        def accept() -> None:
+            while not found.stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                found.accepted += 1
+                held.append(conn)
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        try:
+            yield found
+        finally:
+            found.stop.set()
+            acceptor.join()
+            for conn in held:
+                conn.close()
+
+
+class Gone(OSError):
+    """The client closed the connection after ``sent`` bytes."""
+
+    def __init__(self, sent: int) -> None:
+        super().__init__(sent)
+        self.sent = sent
+
+
+def _send_all(conn: socket.socket, data: bytes, sent: int) -> int:
+    try:
+        conn.sendall(data)
+    except OSError:
+        raise Gone(sent) from None
+    return sent + len(data)
+
+
+def silent(conn: socket.socket, stop: threading.Event) -> int:
+    """Takes the request and never answers."""
+    stop.wait()
+    return 0
+
+
+def dribbled_headers(conn: socket.socket, stop: threading.Event) -> int:
+    """A status line a byte at a time, each well within the read timeout; about 20 s at most,
+    so that a client without a deadline ends too."""
+    sent = 0
+    for byte in b"HTTP/1.1 200 OK\r\n" * 100:
+        if stop.wait(0.3) or sent > 60:
+            break
+        sent = _send_all(conn, bytes([byte]), sent)
+    return sent
+
+
+def _endless(chunked: bool) -> Answer:
+    def answer(conn: socket.socket, stop: threading.Event) -> int:
+        """Headers, then a body without end as fast as it goes; 256 MiB at most, so that a
+        client without a cap ends too."""
+        framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: 8589934592"
+        sent = _send_all(conn, b"HTTP/1.1 200 OK\r\n" + framing + b"\r\n\r\n", 0)
+        block = b" " * (1 << 16)
+        if chunked:
+            block = b"10000\r\n" + block + b"\r\n"
+        while not stop.is_set() and sent < 256 << 20:
+            sent = _send_all(conn, block, sent)
+        return sent
+
+    return answer
+
+
+@pytest.fixture
+def bounds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Small bounds (2 s and 1 MiB an answer, 1 s a read), fake credentials, and the site."""
+    monkeypatch.setattr(http, "ANSWER_S", 2.0)
+    monkeypatch.setattr(http, "MAX_ANSWER_BYTES", 1 << 20)
+    monkeypatch.setattr(bounded, "READ_S", 1)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    return s3_site(tmp_path)
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], site: Path, url: str) -> tuple[str, float]:
+    started = time.monotonic()
+    code, out, err = run_main(
+        capsys, "triton", "repository", "--site", str(site), "--endpoint-url", url
+    )
+    took = time.monotonic() - started
+    assert (code, out) == (3, ""), err
+    (line,) = err.splitlines()
+    return line, took
+
+
+LISTED = f'/{BUCKET}?list-type=2&prefix=serving%2F&encoding-type=url"'
+
+
+@pytest.mark.parametrize("endpoint", [dribbled_headers], indirect=True)
+def test_headers_sent_a_byte_at_a_time_end_at_the_answer_deadline_after_two_attempts(
+    endpoint: Endpoint, bounds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line, took = _one_line(capsys, bounds, endpoint.url)
+    assert line == (
+        f"error: s3://{BUCKET}/serving/: No whole answer within 2 s from endpoint URL: "
+        f'"{endpoint.url}{LISTED}'
+    )
+    assert endpoint.accepted == 2
+    # Two answers of 2 s and a backoff under 1 s; the endpoint dribbles for 20 s.
+    assert took < 10
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [_endless(chunked=False), _endless(chunked=True)],
+    ids=["content-length", "chunked"],
+    indirect=True,
+)
+def test_a_body_without_end_is_read_up_to_the_cap_and_not_again(
+    endpoint: Endpoint, bounds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line, _ = _one_line(capsys, bounds, endpoint.url)
+    assert line == (
+        f"error: s3://{BUCKET}/serving/: The answer is larger than 1 MiB from endpoint URL: "
+        f'"{endpoint.url}{LISTED}'
+    )
+    deadline = time.monotonic() + 10
+    while not endpoint.sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert endpoint.accepted == 1
+    # The cap and what the sockets' buffers hold: the endpoint offers 256 MiB.
+    (sent,) = endpoint.sent
+    assert sent < 32 << 20
+
+
+@pytest.mark.parametrize("endpoint", [silent], indirect=True)
+def test_a_silent_endpoint_is_tried_twice(
+    endpoint: Endpoint, bounds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line, took = _one_line(capsys, bounds, endpoint.url)
+    assert line == (
+        f'error: s3://{BUCKET}/serving/: Read timeout on endpoint URL: "{endpoint.url}{LISTED}'
+    )
+    assert endpoint.accepted == 2
+    assert took < 10
