@@ -414,6 +414,17 @@ def cross_field_error(message: str, *field: str | int, allowed: str = "") -> Pyd
     return PydanticCustomError("value_error", "{message}", context)
 
 
+def refuse_duplicates(names: list[str], what: str, field: str, *key: str, allowed: str) -> None:
+    """A cross_field_error at the first entry of the list ``field`` whose name (``names``, in
+    the list's order; at ``key`` within the entry) came before: "duplicate <what>: a, b"."""
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        again = next(i for i, n in enumerate(names) if n in names[:i])
+        raise cross_field_error(
+            f"duplicate {what}: {', '.join(dupes)}", field, again, *key, allowed=allowed
+        )
+
+
 def located_messages(
     exc: ValidationError, model: type[BaseModel], *, by_field: bool = False
 ) -> list[tuple[tuple[str | int, ...], str]]:

@@ -24,7 +24,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.addons.isolation import QUEUE_LABEL
-from gpuinfra.loading import cross_field_error
+from gpuinfra.loading import cross_field_error, refuse_duplicates
 from gpuinfra.versions import Versions
 
 RELEASE = "kueue"
@@ -157,16 +157,9 @@ class KueueSettings(AddonSettings):
             ),
         ]
         for what, field, names, key in lists:
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                again = next(i for i, n in enumerate(names) if n in names[:i])
-                raise cross_field_error(
-                    f"duplicate {what}: {', '.join(dupes)}",
-                    field,
-                    again,
-                    *key,
-                    allowed=f"each {key[0] if key else 'team'} once",
-                )
+            refuse_duplicates(
+                names, what, field, *key, allowed=f"each {key[0] if key else 'team'} once"
+            )
         return self
 
 

@@ -38,7 +38,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.errors import UsageError, excerpt
-from gpuinfra.loading import cross_field_error
+from gpuinfra.loading import cross_field_error, refuse_duplicates
 from gpuinfra.versions import Versions
 
 if TYPE_CHECKING:
@@ -447,17 +447,13 @@ class TritonSettings(AddonSettings):
                 vllm[0],
                 "backend",
             )
-        names = [m.name for m in self.models]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            again = next(i for i, n in enumerate(names) if n in names[:i])
-            raise cross_field_error(
-                f"duplicate model names: {', '.join(dupes)}",
-                "models",
-                again,
-                "name",
-                allowed="each model name once",
-            )
+        refuse_duplicates(
+            [m.name for m in self.models],
+            "model names",
+            "models",
+            "name",
+            allowed="each model name once",
+        )
         return self
 
 

@@ -19,7 +19,7 @@ from gpuinfra.addons.base import (
     metadata,
 )
 from gpuinfra.errors import excerpt
-from gpuinfra.loading import cross_field_error
+from gpuinfra.loading import cross_field_error, refuse_duplicates
 from gpuinfra.versions import Versions
 
 RELEASE = "volcano"
@@ -82,17 +82,13 @@ class VolcanoSettings(AddonSettings):
 
     @model_validator(mode="after")
     def _unique(self) -> VolcanoSettings:
-        names = [q.name for q in self.queues]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            again = next(i for i, n in enumerate(names) if n in names[:i])
-            raise cross_field_error(
-                f"duplicate queue names: {', '.join(dupes)}",
-                "queues",
-                again,
-                "name",
-                allowed="each queue name once",
-            )
+        refuse_duplicates(
+            [q.name for q in self.queues],
+            "queue names",
+            "queues",
+            "name",
+            allowed="each queue name once",
+        )
         if "allocate" not in self.actions:
             raise cross_field_error(
                 "actions must include 'allocate', or nothing is ever scheduled",
