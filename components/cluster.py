@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.storage import key_policy
 from components.validation import raise_findings, require_tags
-from gpuinfra import autoscaler
+from gpuinfra import autoscaler, efa
 from gpuinfra.config import (
     POOL_LABEL,
     SYSTEM_POOL,
@@ -76,7 +76,11 @@ class GpuClusterArgs:
     # The Cluster Autoscaler's region (gpuinfra/autoscaler.py); None runs none. It needs
     # eks_name, which its auto-discovery tags name.
     autoscaler_region: str | None = None
-    autoscaler_versions: Versions | None = None
+    # Whether a pool has EFA: then the EFA device plugin runs on its nodes (gpuinfra/efa.py).
+    efa_device_plugin: bool = False
+    # The pins of the images the cluster runs itself (the autoscaler's, the EFA device plugin's);
+    # versions.yaml's when None.
+    versions: Versions | None = None
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -275,6 +279,8 @@ class GpuCluster(pulumi.ComponentResource):
 
         if args.autoscaler_region and args.eks_name:
             self._autoscaler(name, args, tags, cluster, after_agent)
+        if args.efa_device_plugin:
+            self._apply(f"{name}-efa", efa.objects(args.versions or pinned()))
 
         self.cluster_name = cluster.name
         self.endpoint = cluster.endpoint
@@ -361,14 +367,20 @@ class GpuCluster(pulumi.ComponentResource):
         role = self._pod_role(f"{name}-autoscaler", tags, cluster.arn, inline=policy)
         account = ServiceAccountRef(autoscaler.NAMESPACE, autoscaler.NAME)
         self._pod_identity(f"{name}-autoscaler", account, role, cluster, tags, after_agent)
+        pins = args.versions or pinned()
+        self._apply(
+            f"{name}-autoscaler",
+            autoscaler.objects(args.eks_name, args.autoscaler_region, pins),
+        )
+
+    def _apply(self, prefix: str, objects: list[dict[str, Any]]) -> None:
+        """One resource per Kubernetes object, named <prefix>-<kind>."""
         on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
-        for obj in autoscaler.objects(
-            args.eks_name, args.autoscaler_region, args.autoscaler_versions or pinned()
-        ):
+        for obj in objects:
             group, _, version = str(obj["apiVersion"]).rpartition("/")
             token = f"kubernetes:{group or 'core'}/{version}:{obj['kind']}"
             pulumi.CustomResource(
-                token, f"{name}-autoscaler-{str(obj['kind']).lower()}", dict(obj), on_cluster
+                token, f"{prefix}-{str(obj['kind']).lower()}", dict(obj), on_cluster
             )
 
     def _pod_identity(

@@ -75,7 +75,9 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpuinfra:node_pool:GpuNodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, POOL_LABEL: args.name}
-        self.labels = integrity.pool_labels(args.name, args.instance_type, args.labels)
+        self.labels = integrity.pool_labels(
+            args.name, args.instance_type, args.labels, efa=args.efa
+        )
 
         placement: aws.ec2.LaunchTemplatePlacementArgs | None = None
         self.placement_group_name = None
@@ -166,7 +168,9 @@ class GpuNodePool(pulumi.ComponentResource):
             )
             asg_tags = {
                 **autoscaler.discovery_tags(args.autoscaler_cluster),
-                **integrity.pool_template_tags(args.name, args.instance_type, args.labels),
+                **integrity.pool_template_tags(
+                    args.name, args.instance_type, args.labels, efa=args.efa
+                ),
             }
             named: set[str] = set()
             for key, value in sorted(asg_tags.items()):

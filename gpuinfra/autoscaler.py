@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuinfra.addons.base import CONTAINER_SECURITY, GPU_RESOURCE, MANAGED_BY
+from gpuinfra.addons.base import CONTAINER_SECURITY, MANAGED_BY
 from gpuinfra.versions import Versions
 
 TAG = "k8s.io/cluster-autoscaler"
@@ -28,13 +28,13 @@ def discovery_tags(cluster_name: str) -> dict[str, str]:
 
 
 def template_tags(
-    labels: Mapping[str, str], taints: list[tuple[str, str, str]], gpus: int
+    labels: Mapping[str, str], taints: list[tuple[str, str, str]], resources: Mapping[str, int]
 ) -> dict[str, str]:
-    """What a node of the pool would carry, as the autoscaler reads it from tags."""
+    """What a node of the pool would carry, as the autoscaler reads it from tags: its labels,
+    taints and the extended resources its device plugins offer (GPUs, EFA interfaces)."""
     tags = {f"{TEMPLATE}/label/{k}": v for k, v in sorted(labels.items())}
     tags.update({f"{TEMPLATE}/taint/{key}": f"{value}:{effect}" for key, value, effect in taints})
-    if gpus:
-        tags[f"{TEMPLATE}/resources/{GPU_RESOURCE}"] = str(gpus)
+    tags.update({f"{TEMPLATE}/resources/{k}": str(n) for k, n in sorted(resources.items()) if n})
     return tags
 
 

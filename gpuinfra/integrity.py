@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuinfra import addons, autoscaler, catalog, chartdata, gpus, paths
+from gpuinfra import efa as efa_mod
 from gpuinfra import site as site_mod
 from gpuinfra import versions as versions_mod
 from gpuinfra.addons import AddonsSettings
 from gpuinfra.addons.base import (
+    EFA_RESOURCE,
     GPU_RESOURCE,
     GPU_TAINT,
     GPU_TYPE_LABEL,
@@ -246,18 +248,29 @@ def allocatable(instance_type: str) -> dict[str, float]:
     return offer
 
 
-def pool_labels(name: str, instance_type: str, extra: Mapping[str, str]) -> dict[str, str]:
+def pool_labels(
+    name: str, instance_type: str, extra: Mapping[str, str], *, efa: bool = False
+) -> dict[str, str]:
     """The labels a GPU node pool's nodes carry (the node pool component sets these)."""
     spec = catalog.instance_types()[instance_type]
-    return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name}
+    return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name, **efa_mod.node_labels(efa)}
 
 
-def pool_template_tags(name: str, instance_type: str, extra: Mapping[str, str]) -> dict[str, str]:
+def pool_offer(instance_type: str, *, efa: bool = False) -> dict[str, int]:
+    """The extended resources a pool's node offers through device plugins: its GPUs, and on an
+    EFA pool its EFA interfaces (the stack runs the EFA device plugin there)."""
+    spec = catalog.instance_types()[instance_type]
+    return {GPU_RESOURCE: spec.gpu_count, **({EFA_RESOURCE: spec.efa_interfaces} if efa else {})}
+
+
+def pool_template_tags(
+    name: str, instance_type: str, extra: Mapping[str, str], *, efa: bool = False
+) -> dict[str, str]:
     """The node-template tags the node pool component puts on its Auto Scaling group."""
     return autoscaler.template_tags(
-        pool_labels(name, instance_type, extra),
+        pool_labels(name, instance_type, extra, efa=efa),
         [(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])],
-        catalog.instance_types()[instance_type].gpu_count,
+        pool_offer(instance_type, efa=efa),
     )
 
 
@@ -271,10 +284,17 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
     pools = [
         Nodes(
             name=f"node pool {pool.name}",
-            labels=pool_labels(pool.name, pool.instance_type, pool.labels),
+            labels=pool_labels(pool.name, pool.instance_type, pool.labels, efa=pool.efa),
             taints=(gpu_taint,),
             allocatable=_split(
-                allocatable(pool.instance_type), pool.labels, cfg.addons.gpu_operator
+                {
+                    **allocatable(pool.instance_type),
+                    **{
+                        k: float(n) for k, n in pool_offer(pool.instance_type, efa=pool.efa).items()
+                    },
+                },
+                pool.labels,
+                cfg.addons.gpu_operator,
             ),
             count=pool.max_size,
             mig_layout=_layout(pool.labels, cfg.addons.gpu_operator),
@@ -291,7 +311,9 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
             driver=driver,
             driver_key="nvidia_driver.preinstalled (the EKS GPU AMI's driver)",
             min_count=pool.min_size,
-            template_tags=pool_template_tags(pool.name, pool.instance_type, pool.labels)
+            template_tags=pool_template_tags(
+                pool.name, pool.instance_type, pool.labels, efa=pool.efa
+            )
             if cfg.cluster.autoscaler
             else None,
         )
@@ -916,7 +938,12 @@ def _flavor_findings(
                     f"largest ({pools}): lower the quota or raise the pools' maxSize",
                 )
             )
-    offered = {k for n in selected for k, v in n.allocatable.items() if v and _gpu_resource(k)}
+    offered = {
+        k
+        for n in selected
+        for k, v in n.allocatable.items()
+        if v and (_gpu_resource(k) or k == EFA_RESOURCE)
+    }
     for rname in sorted(offered - covered):
         found.append(
             Finding(

@@ -186,6 +186,7 @@ class Versions(Strict):
     loki: Component
     alloy: Component
     cluster_autoscaler: Component
+    efa_device_plugin: Component
 
     def entries(self) -> Iterator[tuple[str, Component]]:
         """Every pinned component with its dotted name, in file order."""

@@ -29,7 +29,12 @@ from gpuinfra.addons.base import (
     TEAM_LABEL,
     quantity_amount,
 )
-from gpuinfra.addons.kueue import CLUSTER_NAMESPACES_REFUSED, KueueSettings, cluster_namespace
+from gpuinfra.addons.kueue import (
+    CLUSTER_NAMESPACES_REFUSED,
+    KueueFlavor,
+    KueueSettings,
+    cluster_namespace,
+)
 from gpuinfra.errors import InputInvalid, excerpt
 from gpuinfra.loading import display_path
 from gpuinfra.suggest import allowed, did_you_mean
@@ -449,6 +454,16 @@ def _node_problem(job: TrainingJob, pod: dict[str, Any], cluster: Cluster) -> li
             f"--gpu-type {job.gpu_type}: no node of {cluster.name} carries "
             f"{GPU_TYPE_LABEL}={job.gpu_type} (allowed: {allowed(offered)})"
         ]
+    if job.network == "efa" and not any(n.allocatable.get(EFA_RESOURCE) for n, _ in typed):
+        instead = (
+            "--network infiniband, roce or tcp; EFA is an AWS instance's"
+            if cluster.site
+            else f"efa: true on a node pool of {job.gpu_type} GPUs, or --network tcp"
+        )
+        return [
+            f"--network efa: no {job.gpu_type} node of {cluster.name} offers EFA interfaces "
+            f"({EFA_RESOURCE}) (allowed: {instead})"
+        ]
     fits = [nodes for nodes, why in typed if not why]
     if not fits:
         most = max(typed, key=lambda t: t[0].allocatable.get(GPU_RESOURCE, 0.0))[0]
@@ -530,4 +545,27 @@ def _queue_problems(job: TrainingJob, cluster: Cluster, *, quota: bool) -> list[
             f"forever (allowed: at most {flavor.gpus} GPUs in all, or raise gpus of "
             f"{cluster.setting('flavors')}' {job.gpu_type} entry)"
         )
+    if flavor is not None and job.network == "efa":
+        found += _efa_quota_problems(job, cluster, flavor)
     return found
+
+
+def _efa_quota_problems(job: TrainingJob, cluster: Cluster, flavor: KueueFlavor) -> list[str]:
+    """Kueue admits no Job asking for a resource its ClusterQueue does not cover, or for more of
+    it than the flavor's quota: the EFA interfaces count as the GPUs do."""
+    wanted = job.nodes * job.efa_interfaces
+    if wanted <= flavor.efa_interfaces:
+        return []
+    key = "efa_interfaces" if cluster.site else "efaInterfaces"
+    fix = f"set {key} of {cluster.setting('flavors')}' {job.gpu_type} entry to {wanted} or more"
+    flag = f"--nodes {job.nodes} --efa-interfaces {job.efa_interfaces}"
+    if not flavor.efa_interfaces:
+        return [
+            f"{flag}: Kueue's {job.gpu_type} flavor in {cluster.name} has no EFA quota, so the "
+            f"Job waits forever (allowed: {fix})"
+        ]
+    return [
+        f"{flag}: {wanted} EFA interfaces in all, more than Kueue's quota of "
+        f"{flavor.efa_interfaces} for {job.gpu_type} in {cluster.name}, so the Job waits forever "
+        f"(allowed: at most {flavor.efa_interfaces} in all, or {fix})"
+    ]

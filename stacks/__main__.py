@@ -112,7 +112,8 @@ def main(
             system_node_count=cfg.cluster.system_node_count,
             ami_release_version=ami_release,
             autoscaler_region=cfg.region if cfg.cluster.autoscaler else None,
-            autoscaler_versions=pins,
+            efa_device_plugin=any(pool.efa for pool in cfg.node_pools),
+            versions=pins,
         ),
         opts=pulumi.ResourceOptions(aliases=aliases(name)),
     )

@@ -95,7 +95,8 @@ def test_a_group_on_a_mig_slice_no_pool_offers_is_refused() -> None:
 
 def test_kueue_covers_the_mig_slices_the_flavor_gives_quota_of() -> None:
     flavors = [
-        {"gpuType": "h100", "gpus": 0, "cpu": "190", "memory": "2000Gi"},
+        # The pool's EFA interfaces covered, as prod covers them: only the slices are in question.
+        {"gpuType": "h100", "gpus": 0, "cpu": "190", "memory": "2000Gi", "efaInterfaces": 32},
         {"gpuType": "l40s", "gpus": 4, "cpu": "31", "memory": "248Gi"},
     ]
     uncovered = only(
