@@ -496,7 +496,7 @@ def repository(
 def _s3_keys(
     bucket: str, prefix: str, region: str | None, endpoint_url: str | None, source: str
 ) -> list[str]:
-    """Every key under the prefix, each page within the bounds of ``gpuinfra.ops.s3``.
+    """Every key under the prefix, within the bounds of ``gpuinfra.ops.s3``.
 
     A bucket that does not exist is the check's finding (exit 1); no credentials, no answer or
     a refusal (access denied, an expired token) mean it could not look (exit 3).
@@ -524,10 +524,8 @@ def _s3_keys(
             f"--endpoint-url {excerpt(repr(endpoint_url), 60)}: {refused} (allowed: an http:// "
             "or https:// URL)"
         ) from None
-    keys: list[str] = []
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys += [item["Key"] for item in page.get("Contents", [])]
+        return s3.list_keys(client, bucket, prefix)
     except ClientError as failed:
         error = failed.response.get("Error", {})
         code = error.get("Code", "error")
@@ -544,7 +542,6 @@ def _s3_keys(
         raise UsageError(f"{source}: triton.modelRepository.s3 {where}: {failed}") from None
     except BotoCoreError as failed:
         raise ToolError(f"{where}: {failed}") from None
-    return keys
 
 
 def _check_record(path: Path) -> None:

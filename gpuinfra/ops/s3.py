@@ -8,6 +8,7 @@ that never ends its body would be read into memory until the kernel killed the p
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,11 @@ from gpuinfra.ops import http
 CONNECT_S = 5
 READ_S = 15
 ATTEMPTS = 2
+# A listing ends within these, whatever the endpoint answers: a model repository holds a few
+# files per model version, and an endpoint that hands out a new continuation token with each
+# page would otherwise be paged forever.
+MAX_KEYS = 100_000
+LISTING_S = 300.0
 
 
 # botocore ships no type hints: its exceptions are Any to mypy.
@@ -40,6 +46,33 @@ class AnswerTooLarge(BotoCoreError):  # type: ignore[misc]
     """An answer over MAX_ANSWER_BYTES: not retried, a second attempt would read the same."""
 
     fmt = 'The answer is larger than {mib} MiB from endpoint URL: "{endpoint_url}"'
+
+
+class EndlessListing(BotoCoreError):  # type: ignore[misc]
+    """A listing that had not ended within MAX_KEYS keys or LISTING_S seconds."""
+
+    fmt = (
+        "The listing had not ended after {what}, far more than a model repository holds; "
+        'check the prefix (endpoint URL: "{endpoint_url}")'
+    )
+
+
+def list_keys(s3: Any, bucket: str, prefix: str) -> list[str]:
+    """Every key under ``prefix``, page by page, within MAX_KEYS keys and LISTING_S seconds
+    (each page within the client's own bounds)."""
+    keys: list[str] = []
+    started = time.monotonic()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [item["Key"] for item in page.get("Contents", [])]
+        more = page.get("IsTruncated", False)
+        if more and len(keys) >= MAX_KEYS:
+            what = f"{len(keys):,} objects"
+        elif more and time.monotonic() - started > LISTING_S:
+            what = f"{LISTING_S:.0f} s ({len(keys):,} objects)"
+        else:
+            continue
+        raise EndlessListing(what=what, endpoint_url=s3.meta.endpoint_url)
+    return keys
 
 
 def client(region: str | None, endpoint_url: str | None) -> Any:

@@ -327,3 +327,59 @@ def test_a_silent_endpoint_is_tried_twice(
     )
     assert endpoint.accepted == 2
     assert took < 10
+
+
+def _endless_pages(pause: float) -> Answer:
+    def answer(conn: socket.socket, stop: threading.Event) -> int:
+        """A page of one key for every request, each with a new continuation token, ``pause``
+        seconds apart; 2,000 pages at most, so that a client without a bound ends too."""
+        sent = 0
+        for n in range(2000):
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?>'
+                '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                f"<Name>{BUCKET}</Name><Prefix>serving/</Prefix><KeyCount>1</KeyCount>"
+                "<MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>"
+                f"<Contents><Key>serving/resnet50/1/part-{n}</Key><Size>1</Size></Contents>"
+                f"<NextContinuationToken>token-{n}</NextContinuationToken></ListBucketResult>"
+            ).encode()
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            if stop.wait(pause):
+                break
+            sent = _send_all(conn, head + body, sent)
+            if not conn.recv(1 << 16):
+                break
+        return sent
+
+    return answer
+
+
+@pytest.mark.parametrize("endpoint", [_endless_pages(0)], indirect=True)
+def test_a_listing_that_never_ends_stops_at_the_most_keys(
+    endpoint: Endpoint,
+    bounds: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bounded, "MAX_KEYS", 25)
+    line, _ = _one_line(capsys, bounds, endpoint.url)
+    assert line == (
+        f"error: s3://{BUCKET}/serving/: The listing had not ended after 25 objects, far more "
+        f'than a model repository holds; check the prefix (endpoint URL: "{endpoint.url}")'
+    )
+
+
+@pytest.mark.parametrize("endpoint", [_endless_pages(0.2)], indirect=True)
+def test_a_listing_that_never_ends_stops_at_its_deadline(
+    endpoint: Endpoint,
+    bounds: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bounded, "LISTING_S", 1.0)
+    line, took = _one_line(capsys, bounds, endpoint.url)
+    assert line.startswith(
+        f"error: s3://{BUCKET}/serving/: The listing had not ended after 1 s ("
+    ), line
+    # One page past the deadline at most; the endpoint pages for 400 s.
+    assert took < 5
