@@ -693,7 +693,12 @@ def load_site(path: Path, roles_dir: Path | None = None) -> Site:
         controller=controller,
         inventory=hosts_file,
     )
-    problems = check_versions(site) + _check_addresses(site) + _check_environment(site)
+    problems = (
+        check_versions(site)
+        + _check_addresses(site)
+        + _check_environment(site)
+        + _check_gpu_counts(site)
+    )
     if problems:
         raise ConfigError(problems)
     return site
@@ -804,6 +809,36 @@ def _check_environment(site: Site) -> list[Problem]:
             if problem not in problems:
                 problems.append(problem)
     return problems
+
+
+def _check_gpu_counts(site: Site) -> list[Problem]:
+    """A Kubernetes node registered with a GPU type is a GPU node: the node check expecting it to
+    show no GPU contradicts it, and every quota, serving group and smoke test on that type would
+    be judged against a node without GPUs. One line per file that sets it."""
+    count = "gpu_node_check_expected_gpu_count"
+    hosts: dict[str, list[str]] = {}
+    for host in sorted(site.hosts.values(), key=lambda h: h.name):
+        variables = host.vars
+        gpu_type = variables.get("gpu_node_registration_gpu_type")
+        if (
+            variables.get("gpuinfra_k8s_node") is True
+            and isinstance(gpu_type, str)
+            and gpu_type
+            and type(variables.get(count)) is int
+            and variables[count] == 0
+        ):
+            hosts.setdefault(host.origin.get(count, site.name), []).append(host.name)
+    low, high, _ = BOUNDS[count]
+    return [
+        Problem(
+            origin,
+            count,
+            f"0, but {', '.join(names)} {'registers' if len(names) == 1 else 'register'} as a "
+            f"GPU node (gpu_node_registration_gpu_type) (allowed: {low + 1} to {high}, the GPUs "
+            "each carries; null only reports the count)",
+        )
+        for origin, names in hosts.items()
+    ]
 
 
 def _check_addresses(site: Site) -> list[Problem]:

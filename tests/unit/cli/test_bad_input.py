@@ -1129,6 +1129,16 @@ CASES: list[Case] = [
         "gpu_node_check_expected_gpu_count",
         "allowed: 0 to 16",
     ),
+    # A node registered with a GPU type has GPUs: one line, not the quotas, serving groups and
+    # smoke test that would each find none.
+    site_case(
+        "site-gpu-count-zero-on-a-gpu-node",
+        put(f"{SITE}/host_vars/gpu-node-01.yml", "gpu_node_check_expected_gpu_count: 0\n"),
+        f"{SITE}/host_vars/gpu-node-01.yml",
+        "gpu_node_check_expected_gpu_count",
+        "0, but gpu-node-01 registers as a GPU node (gpu_node_registration_gpu_type) "
+        "(allowed: 1 to 16",
+    ),
     site_case(
         "site-host-vars",
         put(f"{SITE}/host_vars/gpu-node-01.yml", "nvidia_driver_reboot: maybe\n"),
