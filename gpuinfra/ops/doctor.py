@@ -4,7 +4,8 @@ What is checked, and against what the stack or site declares:
 
 - GPU nodes: Ready, and allocatable ``nvidia.com/gpu`` equal to the GPUs declared for them
   (a node pool's instance type, a site host's ``gpu_node_check_expected_gpu_count``; without a
-  declaration, GPU Feature Discovery's ``nvidia.com/gpu.count`` label);
+  declaration, GPU Feature Discovery's ``nvidia.com/gpu.count`` label); on an EFA pool's nodes,
+  allocatable ``vpc.amazonaws.com/efa`` equal to the instance type's interfaces;
 - Triton: its Deployment's replicas ready, and every declared model version loaded (Triton
   exports per-version metrics for each loaded version);
 - Prometheus: DCGM exporter targets up (at least one), and no target failing its scrape;
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from gpuinfra import processes
-from gpuinfra.addons.base import GPU_RESOURCE, GPU_TYPE_LABEL
+from gpuinfra.addons.base import EFA_RESOURCE, GPU_RESOURCE, GPU_TYPE_LABEL
 from gpuinfra.addons.gpu_operator import DCGM_EXPORTER_JOB
 from gpuinfra.addons.triton import NAME as TRITON_NAME
 from gpuinfra.addons.triton import TritonSettings
@@ -353,8 +354,9 @@ def _count(value: Any) -> int | None:
         return None
 
 
-def _declared_gpus(node: Mapping[str, Any], declared: Declared) -> tuple[int | None, str]:
-    """The GPUs the node should offer, and where that number comes from."""
+def _declared_kind(node: Mapping[str, Any], declared: Declared) -> Nodes | None:
+    """The declared kind of GPU node this node is: a site's host by name, a stack's pool by its
+    labels; None where none declares a number of GPUs for it."""
     meta = node.get("metadata", {})
     labels = meta.get("labels") or {}
     for kind in declared.nodes:
@@ -363,9 +365,18 @@ def _declared_gpus(node: Mapping[str, Any], declared: Declared) -> tuple[int | N
             continue
         if declared.by_host:
             if kind.name == f"host {meta.get('name')}":
-                return int(gpus), kind.name
+                return kind
         elif kind.labels and all(labels.get(k) == v for k, v in kind.labels.items()):
-            return int(gpus), kind.name
+            return kind
+    return None
+
+
+def _declared_gpus(node: Mapping[str, Any], declared: Declared) -> tuple[int | None, str]:
+    """The GPUs the node should offer, and where that number comes from."""
+    kind = _declared_kind(node, declared)
+    if kind is not None:
+        return int(kind.allocatable[GPU_RESOURCE]), kind.name
+    labels = node.get("metadata", {}).get("labels") or {}
     gfd = _count(labels.get(GFD_COUNT_LABEL))
     return gfd, f"label {GFD_COUNT_LABEL}" if gfd is not None else ""
 
@@ -387,8 +398,13 @@ def node_items(nodes_list: Mapping[str, Any], declared: Declared) -> list[Item]:
     names = {n.get("metadata", {}).get("name") for n in nodes}
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]
-        have = _count((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)) or 0
+        allocatable = node.get("status", {}).get("allocatable") or {}
+        have = _count(allocatable.get(GPU_RESOURCE)) or 0
         want, source = _declared_gpus(node, declared)
+        # An EFA pool's interfaces reach pods only through the EFA device plugin.
+        kind = _declared_kind(node, declared)
+        efa = int(kind.allocatable.get(EFA_RESOURCE, 0)) if kind is not None else 0
+        efa_have = _count(allocatable.get(EFA_RESOURCE)) or 0
         problems = []
         if not _ready(node):
             problems.append("not Ready")
@@ -396,8 +412,16 @@ def node_items(nodes_list: Mapping[str, Any], declared: Declared) -> list[Item]:
             problems.append("cordoned")
         if want is not None and have != want:
             problems.append(f"allocatable {GPU_RESOURCE} {have}, declared {want} ({source})")
+        if efa and efa_have != efa:
+            problems.append(
+                f"allocatable {EFA_RESOURCE} {efa_have}, declared {efa} ({source}): is the EFA "
+                "device plugin running there?"
+            )
         detail = "; ".join(problems) or (
-            f"Ready, {have} GPUs allocatable" + (f" as declared ({source})" if want else "")
+            f"Ready, {have} GPU{'' if have == 1 else 's'}"
+            + (f" and {efa} EFA interfaces" if efa else "")
+            + " allocatable"
+            + (f" as declared ({source})" if want else "")
         )
         items.append(Item("gpu-node", name, "fail" if problems else "ok", detail))
     if declared.by_host:
