@@ -235,8 +235,9 @@ def _size(instance_type: str) -> tuple[int, int, int]:
     return vcpu, vcpu * _MIB_PER_VCPU[instance_type[0]], 0
 
 
-def allocatable(instance_type: str) -> dict[str, float]:
-    """What one node of ``instance_type`` can give pods: CPU cores, memory bytes, GPUs."""
+def allocatable(instance_type: str, *, efa: bool = False) -> dict[str, float]:
+    """What one node of ``instance_type`` can give pods: CPU cores, memory bytes, GPUs, and in an
+    EFA pool its EFA interfaces (the stack runs the EFA device plugin on those nodes)."""
     vcpu, memory_mib, gpus = _size(instance_type)
     reserved_mib = 255 + 11 * MAX_PODS + 100
     offer = {
@@ -245,6 +246,8 @@ def allocatable(instance_type: str) -> dict[str, float]:
     }
     if gpus:
         offer[GPU_RESOURCE] = float(gpus)
+    if efa:
+        offer[EFA_RESOURCE] = float(catalog.instance_types()[instance_type].efa_interfaces)
     return offer
 
 
@@ -256,13 +259,6 @@ def pool_labels(
     return {**extra, GPU_TYPE_LABEL: spec.gpu_name, POOL_LABEL: name, **efa_mod.node_labels(efa)}
 
 
-def pool_offer(instance_type: str, *, efa: bool = False) -> dict[str, int]:
-    """The extended resources a pool's node offers through device plugins: its GPUs, and on an
-    EFA pool its EFA interfaces (the stack runs the EFA device plugin there)."""
-    spec = catalog.instance_types()[instance_type]
-    return {GPU_RESOURCE: spec.gpu_count, **({EFA_RESOURCE: spec.efa_interfaces} if efa else {})}
-
-
 def pool_template_tags(
     name: str, instance_type: str, extra: Mapping[str, str], *, efa: bool = False
 ) -> dict[str, str]:
@@ -270,7 +266,12 @@ def pool_template_tags(
     return autoscaler.template_tags(
         pool_labels(name, instance_type, extra, efa=efa),
         [(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"])],
-        pool_offer(instance_type, efa=efa),
+        # The extended resources, which the node's device plugins announce.
+        {
+            k: int(n)
+            for k, n in allocatable(instance_type, efa=efa).items()
+            if k not in ("cpu", "memory")
+        },
     )
 
 
@@ -287,14 +288,7 @@ def stack_nodes(cfg: StackConfig, versions: Versions | None = None) -> tuple[Nod
             labels=pool_labels(pool.name, pool.instance_type, pool.labels, efa=pool.efa),
             taints=(gpu_taint,),
             allocatable=_split(
-                {
-                    **allocatable(pool.instance_type),
-                    **{
-                        k: float(n) for k, n in pool_offer(pool.instance_type, efa=pool.efa).items()
-                    },
-                },
-                pool.labels,
-                cfg.addons.gpu_operator,
+                allocatable(pool.instance_type, efa=pool.efa), pool.labels, cfg.addons.gpu_operator
             ),
             count=pool.max_size,
             mig_layout=_layout(pool.labels, cfg.addons.gpu_operator),
