@@ -34,8 +34,8 @@ def node_labels(efa: bool) -> dict[str, str]:
 def objects(versions: Versions) -> list[dict[str, Any]]:
     """The plugin's DaemonSet in kube-system.
 
-    It runs as root without privilege: it only reads the devices and writes its socket into the
-    kubelet's directory. It talks to no API server, so it gets no token, and it uses the host's
+    It runs as root without privilege or capabilities: it reads the devices and writes its
+    socket into the kubelet's directory. It talks to no API server, so it gets no token, and it uses the host's
     network as the kubelet's plugins do."""
     pin = versions.efa_device_plugin
     labels = {**MANAGED_BY, "app.kubernetes.io/name": NAME}
@@ -65,9 +65,10 @@ def objects(versions: Versions) -> list[dict[str, Any]]:
                                 "name": NAME,
                                 "image": pin.image_ref(),
                                 "imagePullPolicy": "IfNotPresent",
+                                # As AWS's chart runs it, root file system writable: nothing
+                                # shows that it writes only its socket.
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
                                     "privileged": False,
                                     "capabilities": {"drop": ["ALL"]},
                                 },
