@@ -35,8 +35,8 @@ def objects(versions: Versions) -> list[dict[str, Any]]:
     """The plugin's DaemonSet in kube-system.
 
     It runs as root without privilege or capabilities: it reads the devices and writes its
-    socket into the kubelet's directory. It talks to no API server, so it gets no token, and it uses the host's
-    network as the kubelet's plugins do."""
+    socket into the kubelet's directory. It talks to no API server, so it gets no token, and it
+    runs in the host's network namespace, where the EFA devices are."""
     pin = versions.efa_device_plugin
     labels = {**MANAGED_BY, "app.kubernetes.io/name": NAME}
     mounts = {"device-plugins": DEVICE_PLUGINS, "infiniband": INFINIBAND}
